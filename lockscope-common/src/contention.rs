@@ -1,0 +1,199 @@
+//! Kernel lock contention: what `lock:contention_begin` / `lock:contention_end` feed.
+
+use crate::{HIST_BUCKETS, assert_size};
+
+/// `LCB_F_*` flags of `lock:contention_begin` (include/trace/events/lock.h).
+pub const LCB_F_SPIN: u32 = 1 << 0;
+pub const LCB_F_READ: u32 = 1 << 1;
+pub const LCB_F_WRITE: u32 = 1 << 2;
+pub const LCB_F_RT: u32 = 1 << 3;
+pub const LCB_F_PERCPU: u32 = 1 << 4;
+pub const LCB_F_MUTEX: u32 = 1 << 5;
+/// Every flag bit the kernel defines today; a value outside it is an unknown kind.
+pub const LCB_F_ALL: u32 = (1 << 6) - 1;
+
+/// True when a wait with these flags busy-waits on its CPU (spinlock, rwlock) and so is
+/// timed per CPU; everything else can sleep and is timed per task.
+#[inline(always)]
+pub const fn is_spinning_wait(flags: u32) -> bool {
+    flags & LCB_F_SPIN != 0 && flags & LCB_F_MUTEX == 0
+}
+
+/// Aggregation key of one contention bucket in the kernel.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ContentionKey {
+    /// Address of the lock.
+    pub lock: u64,
+    /// Process (thread group) of the waiter.
+    pub tgid: u32,
+    /// Kernel stack id in `STACKS` at `contention_begin`, or negative when none was stored.
+    pub stack_id: i32,
+    /// `LCB_F_*` flags of the wait.
+    pub flags: u32,
+    pub _pad: u32,
+}
+assert_size!(ContentionKey, 24);
+
+/// Aggregated waits of one key on one CPU (the map is per-CPU; userspace sums CPUs).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ContentionStats {
+    /// Waits that ended (acquired or failed).
+    pub count: u64,
+    /// Of `count`, waits ended by a signal or timeout (`contention_end` ret != 0).
+    pub failed: u64,
+    pub total_ns: u64,
+    /// `u64::MAX` until the first wait.
+    pub min_ns: u64,
+    pub max_ns: u64,
+    /// Log2 histogram of wait times (see [`crate::log2_bucket`]).
+    pub hist: [u64; HIST_BUCKETS],
+}
+assert_size!(ContentionStats, 40 + 8 * HIST_BUCKETS);
+
+impl ContentionStats {
+    pub const EMPTY: Self = Self {
+        count: 0,
+        failed: 0,
+        total_ns: 0,
+        min_ns: u64::MAX,
+        max_ns: 0,
+        hist: [0; HIST_BUCKETS],
+    };
+}
+
+impl Default for ContentionStats {
+    fn default() -> Self {
+        Self::EMPTY
+    }
+}
+
+/// What the probes learned about a lock's owner when they first saw it contended.
+pub const LOCK_KIND_MMAP_LOCK: u32 = 1;
+pub const LOCK_KIND_SIGLOCK: u32 = 2;
+pub const LOCK_KIND_PI_LOCK: u32 = 3;
+/// The spinlock guarding an `mmap_lock`'s wait list (`rw_semaphore.wait_lock`).
+pub const LOCK_KIND_MMAP_WAIT_LOCK: u32 = 4;
+
+/// Per-lock identity found in the kernel at `contention_begin`: the lock is a field of the
+/// waiter's own `mm_struct`, `sighand_struct` or `task_struct`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LockInfo {
+    /// One of `LOCK_KIND_*`.
+    pub kind: u32,
+    /// Process that owns the structure holding the lock.
+    pub tgid: u32,
+    /// The process's `comm` (its thread group leader's) at that moment.
+    pub comm: [u8; 16],
+}
+assert_size!(LockInfo, 24);
+
+/// A wait in progress, kept from `contention_begin` to `contention_end`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WaitStart {
+    pub ts_ns: u64,
+    pub lock: u64,
+    pub flags: u32,
+    pub stack_id: i32,
+}
+assert_size!(WaitStart, 24);
+
+/// How many spinning waits may nest on one CPU (an interrupt contending a spinlock while
+/// the CPU already spins on another, and so on).
+pub const CPU_WAIT_MAX_DEPTH: u32 = 4;
+
+/// Which tasks the probes record. Filtering happens in the kernel.
+pub const FILTER_ALL: u32 = 0;
+/// Only processes in the `TARGETS` map (a pid, or a command's process tree, which the
+/// fork probe extends).
+pub const FILTER_TGIDS: u32 = 1;
+/// Only tasks in the cgroup `cgroup_id` or below it.
+pub const FILTER_CGROUP: u32 = 2;
+
+/// Read-only configuration of the probes, set by the loader before the programs load.
+/// Field offsets come from the running kernel's BTF.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ProbeConfig {
+    /// One of `FILTER_*`.
+    pub filter_mode: u32,
+    /// Depth of the target cgroup below the cgroup v2 root (`FILTER_CGROUP`).
+    pub cgroup_level: u32,
+    pub cgroup_id: u64,
+    /// Bit `f` set: record waits whose flags equal `f` (flags < 64).
+    pub flags_mask: u64,
+    pub off_task_mm: u32,
+    pub off_task_tgid: u32,
+    pub off_task_sighand: u32,
+    pub off_task_pi_lock: u32,
+    pub off_mm_mmap_lock: u32,
+    pub off_sighand_siglock: u32,
+    pub off_task_group_leader: u32,
+    pub off_task_comm: u32,
+    pub off_rwsem_wait_lock: u32,
+    /// In `FILTER_TGIDS` mode, children forked by this process (lockscope itself, starting
+    /// the traced command) become targets too; 0 for none.
+    pub launcher_tgid: u32,
+}
+assert_size!(ProbeConfig, 64);
+
+/// Slots of the per-CPU `COUNTERS` array: events seen, and everything that could not be
+/// stored. Nothing is dropped without being counted here.
+pub const CNT_BEGIN: u32 = 0;
+pub const CNT_END: u32 = 1;
+/// `contention_end` with no matching begin (the wait began before tracing started, or its
+/// begin was filtered or lost).
+pub const CNT_UNPAIRED_END: u32 = 2;
+/// A new per-task wait replaced one whose end never came.
+pub const CNT_UNPAIRED_BEGIN: u32 = 3;
+/// The aggregation map was full: a whole wait was not aggregated.
+pub const CNT_LOST_STATS_FULL: u32 = 4;
+/// The per-task wait map was full: a wait was not timed.
+pub const CNT_LOST_TASK_WAIT_FULL: u32 = 5;
+/// Spinning waits nested deeper than `CPU_WAIT_MAX_DEPTH` on one CPU: a wait was not timed.
+pub const CNT_LOST_CPU_NESTING: u32 = 6;
+/// `bpf_get_stackid` failed (stack map full or hash collision): aggregated with no stack.
+pub const CNT_LOST_STACK: u32 = 7;
+/// The lock-identity map was full: a lock stays unnamed.
+pub const CNT_LOST_LOCK_INFO: u32 = 8;
+/// The target map was full: a forked child of the target was not followed.
+pub const CNT_LOST_TARGET_FULL: u32 = 9;
+/// Waits skipped because their type was not asked for (`--types`).
+pub const CNT_TYPE_FILTERED: u32 = 10;
+pub const COUNTERS_LEN: u32 = 11;
+
+/// Names of the `COUNTERS` slots, as shown in reports and metrics.
+pub const COUNTER_NAMES: [&str; COUNTERS_LEN as usize] = [
+    "begin",
+    "end",
+    "unpaired_end",
+    "unpaired_begin",
+    "stats_map_full",
+    "task_wait_map_full",
+    "cpu_nesting_overflow",
+    "stack_missing",
+    "lock_info_map_full",
+    "target_map_full",
+    "type_filtered",
+];
+
+/// Map sizes (entries). Userspace may override them at load.
+pub const STATS_MAX_ENTRIES: u32 = 16384;
+pub const TASK_WAIT_MAX_ENTRIES: u32 = 32768;
+pub const LOCK_INFO_MAX_ENTRIES: u32 = 16384;
+pub const TARGETS_MAX_ENTRIES: u32 = 8192;
+pub const STACKS_MAX_ENTRIES: u32 = 8192;
+pub const COMMS_MAX_ENTRIES: u32 = 8192;
+
+#[cfg(feature = "user")]
+mod pod {
+    use super::*;
+    unsafe impl aya::Pod for ContentionKey {}
+    unsafe impl aya::Pod for ContentionStats {}
+    unsafe impl aya::Pod for LockInfo {}
+    unsafe impl aya::Pod for ProbeConfig {}
+    unsafe impl aya::Pod for WaitStart {}
+}

@@ -1,0 +1,21 @@
+//! Records shared by lockscope's eBPF probes and its userspace.
+//!
+//! Every type here is `#[repr(C)]`, made of integers and arrays only (no `bool`, no enums
+//! with payload), and its size is asserted at compile time, so the kernel and user sides
+//! agree byte for byte. Decoding on the user side rejects unknown values instead of
+//! transmuting them.
+#![no_std]
+
+pub mod contention;
+pub mod hist;
+
+pub use contention::*;
+pub use hist::*;
+
+/// Compile-time size check for a wire record.
+#[macro_export]
+macro_rules! assert_size {
+    ($t:ty, $n:expr) => {
+        const _: () = assert!(core::mem::size_of::<$t>() == $n);
+    };
+}

@@ -1,0 +1,81 @@
+//! Maps and read-only configuration shared by the probes.
+
+use aya_ebpf::{
+    Global,
+    helpers::{
+        bpf_get_current_ancestor_cgroup_id, bpf_get_current_comm, bpf_get_current_pid_tgid,
+        bpf_get_current_task, bpf_probe_read_kernel,
+    },
+    macros::map,
+    maps::{HashMap, PerCpuArray},
+};
+use lockscope_common::{
+    COUNTERS_LEN, FILTER_ALL, FILTER_CGROUP, FILTER_TGIDS, ProbeConfig, TARGETS_MAX_ENTRIES,
+};
+
+/// Set by the loader: filter, type mask and kernel struct offsets from BTF.
+#[unsafe(no_mangle)]
+pub static CONFIG: Global<ProbeConfig> = Global::new(ProbeConfig {
+    filter_mode: FILTER_ALL,
+    cgroup_level: 0,
+    cgroup_id: 0,
+    flags_mask: u64::MAX,
+    off_task_mm: 0,
+    off_task_tgid: 0,
+    off_task_sighand: 0,
+    off_task_pi_lock: 0,
+    off_mm_mmap_lock: 0,
+    off_sighand_siglock: 0,
+    off_task_group_leader: 0,
+    off_task_comm: 0,
+    off_rwsem_wait_lock: 0,
+    launcher_tgid: 0,
+});
+
+/// Events seen and everything that could not be stored (`CNT_*` slots).
+#[map]
+pub static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(COUNTERS_LEN, 0);
+
+/// Processes to record in `FILTER_TGIDS` mode.
+#[map]
+pub static TARGETS: HashMap<u32, u8> = HashMap::with_max_entries(TARGETS_MAX_ENTRIES, 0);
+
+/// The current process's name: its thread group leader's `comm` (thread names differ).
+#[inline(always)]
+pub fn current_process_comm(cfg: &ProbeConfig) -> [u8; 16] {
+    let task = unsafe { bpf_get_current_task() };
+    let leader: u64 =
+        unsafe { bpf_probe_read_kernel((task + cfg.off_task_group_leader as u64) as *const u64) }
+            .unwrap_or(0);
+    if leader != 0
+        && let Ok(comm) =
+            unsafe { bpf_probe_read_kernel((leader + cfg.off_task_comm as u64) as *const [u8; 16]) }
+    {
+        return comm;
+    }
+    bpf_get_current_comm().unwrap_or_default()
+}
+
+#[inline(always)]
+pub fn count(slot: u32) {
+    if let Some(c) = COUNTERS.get_ptr_mut(slot) {
+        // Per-CPU slot, programs of this type do not nest on one CPU: a plain add is exact.
+        unsafe { *c += 1 };
+    }
+}
+
+/// Does the current task belong to what we trace? Filtering happens here, in the kernel.
+#[inline(always)]
+pub fn current_is_target(cfg: &ProbeConfig) -> bool {
+    match cfg.filter_mode {
+        FILTER_TGIDS => {
+            let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
+            unsafe { TARGETS.get(&tgid).is_some() }
+        }
+        FILTER_CGROUP => {
+            let id = unsafe { bpf_get_current_ancestor_cgroup_id(cfg.cgroup_level as i32) };
+            id == cfg.cgroup_id
+        }
+        _ => true,
+    }
+}

@@ -1,0 +1,264 @@
+//! `lock:contention_begin` / `lock:contention_end` (tracepoint tier, Linux 5.19+).
+//!
+//! A wait starts at `contention_begin(lock, flags)` and ends at `contention_end(lock, ret)`.
+//! Spinning waits (spinlock, rwlock) never leave their CPU and are timed in a small per-CPU
+//! stack, so a spinlock contended inside an interrupt during another spin nests correctly;
+//! every other wait may sleep and is timed per task. A spinlock contended by a task that is
+//! itself in a sleeping-lock wait (e.g. the rwsem `wait_lock`) lands on the per-CPU stack
+//! and leaves the per-task wait untouched. Finished waits are aggregated per
+//! (lock, process, kernel stack, flags) in a per-CPU hash: count, failures, total, min, max
+//! and a log2 histogram.
+
+use aya_ebpf::{
+    bindings::{BPF_F_NO_PREALLOC, BPF_NOEXIST},
+    helpers::{
+        bpf_get_current_pid_tgid, bpf_get_current_task, bpf_ktime_get_ns, bpf_probe_read_kernel,
+    },
+    macros::{btf_tracepoint, map},
+    maps::{HashMap, LruHashMap, PerCpuArray, PerCpuHashMap, StackTrace},
+    programs::{BtfTracePointContext, tracing::StackIdContext as _},
+};
+use lockscope_common::*;
+
+use crate::maps::{CONFIG, count, current_is_target, current_process_comm};
+
+/// Finished waits, aggregated.
+#[map]
+static CONTENTION_STATS: PerCpuHashMap<ContentionKey, ContentionStats> =
+    PerCpuHashMap::with_max_entries(STATS_MAX_ENTRIES, 0);
+
+/// Sleeping waits in progress, by thread id.
+#[map]
+static TASK_WAITS: HashMap<u32, WaitStart> =
+    HashMap::with_max_entries(TASK_WAIT_MAX_ENTRIES, BPF_F_NO_PREALLOC);
+
+/// Spinning waits in progress on each CPU: a small stack, `CPU_WAIT_DEPTH[0]` deep, of
+/// slots in `CPU_WAIT_SLOTS`. Slots are map entries (not an array inside one value) so that
+/// the index needs no verifier-visible bounds arithmetic.
+#[map]
+static CPU_WAIT_DEPTH: PerCpuArray<u32> = PerCpuArray::with_max_entries(1, 0);
+#[map]
+static CPU_WAIT_SLOTS: PerCpuArray<WaitStart> =
+    PerCpuArray::with_max_entries(CPU_WAIT_MAX_DEPTH, 0);
+
+/// Locks that are a field of the waiter's own mm / sighand / task.
+#[map]
+static LOCK_INFO: LruHashMap<u64, LockInfo> =
+    LruHashMap::with_max_entries(LOCK_INFO_MAX_ENTRIES, 0);
+
+/// Command name of each process seen waiting.
+#[map]
+static COMMS: LruHashMap<u32, [u8; 16]> = LruHashMap::with_max_entries(COMMS_MAX_ENTRIES, 0);
+
+/// Kernel stacks at `contention_begin`.
+#[map]
+static STACKS: StackTrace = StackTrace::with_max_entries(STACKS_MAX_ENTRIES, 0);
+
+static EMPTY_STATS: ContentionStats = ContentionStats::EMPTY;
+
+#[btf_tracepoint(function = "contention_begin")]
+pub fn contention_begin(ctx: BtfTracePointContext) -> i32 {
+    let lock: u64 = ctx.arg(0);
+    let flags: u32 = ctx.arg(1);
+    on_begin(&ctx, lock, flags);
+    0
+}
+
+#[btf_tracepoint(function = "contention_end")]
+pub fn contention_end(ctx: BtfTracePointContext) -> i32 {
+    let lock: u64 = ctx.arg(0);
+    let ret: i32 = ctx.arg(1);
+    on_end(lock, ret);
+    0
+}
+
+#[inline(always)]
+fn on_begin(ctx: &BtfTracePointContext, lock: u64, flags: u32) {
+    let cfg = CONFIG.load();
+    if !current_is_target(&cfg) {
+        return;
+    }
+    count(CNT_BEGIN);
+    if (cfg.flags_mask >> (flags & 63)) & 1 == 0 {
+        count(CNT_TYPE_FILTERED);
+        return;
+    }
+    let now = unsafe { bpf_ktime_get_ns() };
+    let tid = bpf_get_current_pid_tgid() as u32;
+
+    if !is_spinning_wait(flags) {
+        // A mutex that spun first (MUTEX|SPIN) and then sleeps (MUTEX) reports a second
+        // begin for the same lock: one wait, timed from the first begin.
+        if let Some(w) = TASK_WAITS.get_ptr_mut(&tid) {
+            let w = unsafe { &mut *w };
+            if w.lock == lock {
+                w.flags = flags;
+                return;
+            }
+            count(CNT_UNPAIRED_BEGIN);
+        }
+    }
+
+    let stack_id = match ctx.get_stackid(&STACKS, 0) {
+        Ok(id) => id as i32,
+        Err(_) => {
+            count(CNT_LOST_STACK);
+            -1
+        }
+    };
+    let start = WaitStart {
+        ts_ns: now,
+        lock,
+        flags,
+        stack_id,
+    };
+
+    if is_spinning_wait(flags) {
+        let Some(depth) = CPU_WAIT_DEPTH.get_ptr_mut(0) else {
+            return;
+        };
+        let depth = unsafe { &mut *depth };
+        match CPU_WAIT_SLOTS.get_ptr_mut(*depth) {
+            Some(slot) => {
+                unsafe { *slot = start };
+                *depth += 1;
+            }
+            None => {
+                count(CNT_LOST_CPU_NESTING);
+                return;
+            }
+        }
+    } else if TASK_WAITS.insert(&tid, &start, 0).is_err() {
+        count(CNT_LOST_TASK_WAIT_FULL);
+    }
+
+    name_lock(&cfg, lock);
+    remember_comm(&cfg);
+}
+
+#[inline(always)]
+fn remember_comm(cfg: &ProbeConfig) {
+    let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
+    if unsafe { COMMS.get(&tgid) }.is_none() {
+        let comm = current_process_comm(cfg);
+        let _ = COMMS.insert(&tgid, &comm, BPF_NOEXIST as u64);
+    }
+}
+
+/// Remember when `lock` is the current task's `mm->mmap_lock`, `sighand->siglock` or
+/// `pi_lock`, with the owning process, the first time we see it contended.
+#[inline(always)]
+fn name_lock(cfg: &ProbeConfig, lock: u64) {
+    if unsafe { LOCK_INFO.get(&lock) }.is_some() {
+        return;
+    }
+    let task = unsafe { bpf_get_current_task() };
+    let kind = if lock == task + cfg.off_task_pi_lock as u64 {
+        LOCK_KIND_PI_LOCK
+    } else {
+        let mm: u64 = read_kernel(task + cfg.off_task_mm as u64);
+        let mmap_lock = mm + cfg.off_mm_mmap_lock as u64;
+        if mm != 0 && lock == mmap_lock {
+            LOCK_KIND_MMAP_LOCK
+        } else if mm != 0 && lock == mmap_lock + cfg.off_rwsem_wait_lock as u64 {
+            LOCK_KIND_MMAP_WAIT_LOCK
+        } else {
+            let sighand: u64 = read_kernel(task + cfg.off_task_sighand as u64);
+            if sighand != 0 && lock == sighand + cfg.off_sighand_siglock as u64 {
+                LOCK_KIND_SIGLOCK
+            } else {
+                return;
+            }
+        }
+    };
+    let info = LockInfo {
+        kind,
+        tgid: (bpf_get_current_pid_tgid() >> 32) as u32,
+        comm: current_process_comm(cfg),
+    };
+    if let Err(e) = LOCK_INFO.insert(&lock, &info, BPF_NOEXIST as u64) {
+        if e != -17 {
+            // -EEXIST means another CPU named it first: nothing lost.
+            count(CNT_LOST_LOCK_INFO);
+        }
+    }
+}
+
+#[inline(always)]
+fn read_kernel(addr: u64) -> u64 {
+    unsafe { bpf_probe_read_kernel(addr as *const u64) }.unwrap_or(0)
+}
+
+#[inline(always)]
+fn on_end(lock: u64, ret: i32) {
+    let now = unsafe { bpf_ktime_get_ns() };
+
+    // A spinning wait on this CPU is the innermost one: look there first.
+    if let Some(depth) = CPU_WAIT_DEPTH.get_ptr_mut(0) {
+        let depth = unsafe { &mut *depth };
+        if *depth > 0
+            && let Some(top) = CPU_WAIT_SLOTS.get(*depth - 1)
+            && top.lock == lock
+        {
+            let top = *top;
+            *depth -= 1;
+            account(&top, now, ret);
+            return;
+        }
+    }
+
+    let tid = bpf_get_current_pid_tgid() as u32;
+    if let Some(w) = unsafe { TASK_WAITS.get(&tid) } {
+        let w = *w;
+        if w.lock == lock {
+            let _ = TASK_WAITS.remove(&tid);
+            account(&w, now, ret);
+            return;
+        }
+    }
+    // Only waits whose begin we recorded count as unpaired: skip filtered tasks.
+    let cfg = CONFIG.load();
+    if current_is_target(&cfg) {
+        count(CNT_UNPAIRED_END);
+    }
+}
+
+#[inline(always)]
+fn account(w: &WaitStart, now: u64, ret: i32) {
+    count(CNT_END);
+    let key = ContentionKey {
+        lock: w.lock,
+        tgid: (bpf_get_current_pid_tgid() >> 32) as u32,
+        stack_id: w.stack_id,
+        flags: w.flags,
+        _pad: 0,
+    };
+    let mut stats = CONTENTION_STATS.get_ptr_mut(&key);
+    if stats.is_none() {
+        // -EEXIST: raced with ourselves from an interrupt; the lookup below finds it.
+        let _ = CONTENTION_STATS.insert(&key, &EMPTY_STATS, BPF_NOEXIST as u64);
+        stats = CONTENTION_STATS.get_ptr_mut(&key);
+    }
+    let Some(s) = stats else {
+        count(CNT_LOST_STATS_FULL);
+        return;
+    };
+    let s = unsafe { &mut *s };
+    let wait = now.saturating_sub(w.ts_ns);
+    // Another CPU's slot of a per-CPU entry starts zeroed: min is valid only once counted.
+    if s.count == 0 || wait < s.min_ns {
+        s.min_ns = wait;
+    }
+    s.count += 1;
+    if ret != 0 {
+        s.failed += 1;
+    }
+    s.total_ns += wait;
+    if wait > s.max_ns {
+        s.max_ns = wait;
+    }
+    let b = log2_bucket(wait);
+    if b < HIST_BUCKETS {
+        s.hist[b] += 1;
+    }
+}

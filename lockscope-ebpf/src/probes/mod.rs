@@ -1,0 +1,5 @@
+//! One module per source of events.
+
+pub mod contention;
+pub mod feature;
+pub mod sched;

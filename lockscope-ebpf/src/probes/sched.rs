@@ -1,0 +1,36 @@
+//! Following a target's process tree: every process forked by a target (or by lockscope
+//! while it starts the traced command) becomes a target, in the kernel, at fork time.
+
+use aya_ebpf::{
+    helpers::{bpf_get_current_pid_tgid, bpf_probe_read_kernel},
+    macros::btf_tracepoint,
+    programs::BtfTracePointContext,
+};
+use lockscope_common::{CNT_LOST_TARGET_FULL, FILTER_TGIDS};
+
+use crate::maps::{CONFIG, TARGETS, count};
+
+#[btf_tracepoint(function = "sched_process_fork")]
+pub fn sched_process_fork(ctx: BtfTracePointContext) -> i32 {
+    let cfg = CONFIG.load();
+    if cfg.filter_mode != FILTER_TGIDS {
+        return 0;
+    }
+    let parent_tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
+    let followed =
+        parent_tgid == cfg.launcher_tgid || unsafe { TARGETS.get(&parent_tgid) }.is_some();
+    if !followed {
+        return 0;
+    }
+    let child: u64 = ctx.arg(1);
+    let Ok(child_tgid) =
+        (unsafe { bpf_probe_read_kernel((child + cfg.off_task_tgid as u64) as *const u32) })
+    else {
+        return 0;
+    };
+    // A new thread shares its parent's tgid: already a target.
+    if child_tgid != parent_tgid && TARGETS.insert(&child_tgid, &1, 0).is_err() {
+        count(CNT_LOST_TARGET_FULL);
+    }
+    0
+}

@@ -1,0 +1,31 @@
+//! Builds the eBPF probes (lockscope-ebpf) for the BPF target and leaves the object in
+//! OUT_DIR, where `probe::loader` embeds it.
+
+use anyhow::{Context as _, anyhow};
+use aya_build::{Package, Toolchain};
+
+fn main() -> anyhow::Result<()> {
+    let metadata = cargo_metadata::MetadataCommand::new()
+        .no_deps()
+        .exec()
+        .context("cargo metadata")?;
+    let ebpf = metadata
+        .packages
+        .into_iter()
+        .find(|p| p.name.as_str() == "lockscope-ebpf")
+        .ok_or_else(|| anyhow!("lockscope-ebpf package not found"))?;
+    let root_dir = ebpf
+        .manifest_path
+        .parent()
+        .ok_or_else(|| anyhow!("lockscope-ebpf manifest has no parent"))?
+        .as_str()
+        .to_owned();
+    aya_build::build_ebpf(
+        [Package {
+            name: ebpf.name.as_str(),
+            root_dir: &root_dir,
+            ..Default::default()
+        }],
+        Toolchain::default(),
+    )
+}

@@ -1,0 +1,450 @@
+//! The recording: what `record` writes and `report` reads, built from a raw map snapshot.
+//! Pure: symbol and name lookups come in through the [`Names`] trait.
+
+use std::collections::{BTreeMap, HashMap};
+
+use lockscope_common::{COUNTERS_LEN, ContentionKey, LockInfo};
+use serde::{Deserialize, Serialize};
+
+use super::WaitStats;
+use crate::decode::{LockOwner, LockType};
+
+pub const SCHEMA: &str = "lockscope.report/1";
+
+/// Everything read from the kernel maps at one moment, CPUs already summed.
+#[derive(Debug, Clone, Default)]
+pub struct RawSnapshot {
+    pub stats: Vec<(ContentionKey, WaitStats)>,
+    pub lock_info: HashMap<u64, LockInfo>,
+    pub stacks: HashMap<i32, Vec<u64>>,
+    pub comms: HashMap<u32, String>,
+    pub counters: [u64; COUNTERS_LEN as usize],
+    /// Waits begun but not ended when the snapshot was taken.
+    pub in_progress: u64,
+}
+
+/// One symbolized stack frame.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Frame {
+    pub addr: u64,
+    /// `function+0xoff`, or the hex address when unknown.
+    pub text: String,
+    /// Part of the tracing machinery (BPF trampolines, tracepoint glue): dropped.
+    pub tracing: bool,
+    /// Inside the locking code itself: kept in the stack, but never the "caller".
+    pub lock_internal: bool,
+}
+
+/// Name lookups that need the running kernel (kallsyms), kept out of the pure core.
+pub trait Names {
+    /// Name of a lock that is a kernel static variable.
+    fn static_lock(&self, addr: u64) -> Option<String>;
+    /// Symbolize a kernel stack, innermost frame first.
+    fn frames(&self, stack: &[u64]) -> Vec<Frame>;
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Recording {
+    pub schema: String,
+    pub lockscope_version: String,
+    pub kernel: String,
+    /// Which probe tier fed the figures (`tracepoint`, `deep`).
+    pub tier: String,
+    /// What was traced: `system`, `pid 123`, `cgroup /sys/fs/cgroup/x`, `command ...`.
+    pub target: String,
+    pub duration_s: f64,
+    /// Unix time at which recording started.
+    pub started_at_unix_s: f64,
+    /// Exit code of the traced command, when there was one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command_exit_code: Option<i32>,
+    /// Contention events seen (begin, end) and waits still in progress at the end.
+    pub events: EventCounts,
+    /// Everything that could not be stored, by reason. All zero in a complete recording.
+    pub lost: BTreeMap<String, u64>,
+    pub locks: Vec<LockEntry>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EventCounts {
+    pub begin: u64,
+    pub end: u64,
+    pub in_progress_at_end: u64,
+    pub unpaired_end: u64,
+    pub unpaired_begin: u64,
+    pub type_filtered: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LockEntry {
+    /// Lock address, `0x...`.
+    pub addr: String,
+    #[serde(rename = "type")]
+    pub lock_type: LockType,
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<Owner>,
+    #[serde(flatten)]
+    pub stats: WaitStats,
+    pub callers: Vec<CallerEntry>,
+    pub tasks: Vec<TaskEntry>,
+}
+
+/// The process whose structure holds the lock (for `mmap_lock`, `siglock`, `pi_lock`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Owner {
+    pub field: String,
+    pub pid: u32,
+    pub comm: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CallerEntry {
+    /// First frame outside the locking code, `function+0xoff`.
+    pub caller: String,
+    /// Kernel stack, innermost first, tracing glue removed.
+    pub stack: Vec<String>,
+    #[serde(flatten)]
+    pub stats: WaitStats,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TaskEntry {
+    pub pid: u32,
+    pub comm: String,
+    #[serde(flatten)]
+    pub stats: WaitStats,
+}
+
+pub const UNKNOWN_CALLER: &str = "[unknown]";
+
+impl EventCounts {
+    pub fn from_counters(c: &[u64; COUNTERS_LEN as usize], in_progress: u64) -> Self {
+        use lockscope_common::*;
+        Self {
+            begin: c[CNT_BEGIN as usize],
+            end: c[CNT_END as usize],
+            in_progress_at_end: in_progress,
+            unpaired_end: c[CNT_UNPAIRED_END as usize],
+            unpaired_begin: c[CNT_UNPAIRED_BEGIN as usize],
+            type_filtered: c[CNT_TYPE_FILTERED as usize],
+        }
+    }
+}
+
+/// The `lost` object: every counter of something not stored, by name.
+pub fn lost_counts(c: &[u64; COUNTERS_LEN as usize]) -> BTreeMap<String, u64> {
+    use lockscope_common::*;
+    [
+        CNT_LOST_STATS_FULL,
+        CNT_LOST_TASK_WAIT_FULL,
+        CNT_LOST_CPU_NESTING,
+        CNT_LOST_STACK,
+        CNT_LOST_LOCK_INFO,
+        CNT_LOST_TARGET_FULL,
+    ]
+    .into_iter()
+    .map(|i| (COUNTER_NAMES[i as usize].to_owned(), c[i as usize]))
+    .collect()
+}
+
+/// Build the per-lock entries from a snapshot. Entries are per (lock address, type):
+/// a rwsem taken for read and for write gives two entries. Sorted by total wait, longest
+/// first. Keys whose flags do not decode are counted under `lost["unknown_flags"]`.
+pub fn build_locks(
+    raw: &RawSnapshot,
+    names: &dyn Names,
+    lost: &mut BTreeMap<String, u64>,
+) -> Vec<LockEntry> {
+    struct Acc {
+        stats: WaitStats,
+        callers: BTreeMap<i32, WaitStats>,
+        tasks: BTreeMap<u32, WaitStats>,
+    }
+    let mut by_lock: BTreeMap<(u64, LockType), Acc> = BTreeMap::new();
+    let mut unknown = 0u64;
+    for (key, stats) in &raw.stats {
+        let Ok(t) = LockType::from_flags(key.flags) else {
+            unknown += stats.count;
+            continue;
+        };
+        let acc = by_lock.entry((key.lock, t)).or_insert_with(|| Acc {
+            stats: WaitStats::default(),
+            callers: BTreeMap::new(),
+            tasks: BTreeMap::new(),
+        });
+        acc.stats.merge(stats);
+        acc.callers.entry(key.stack_id).or_default().merge(stats);
+        acc.tasks.entry(key.tgid).or_default().merge(stats);
+    }
+    if unknown > 0 {
+        *lost.entry("unknown_flags".to_owned()).or_default() += unknown;
+    }
+
+    let mut stack_cache: HashMap<i32, (String, Vec<String>)> = HashMap::new();
+    let mut locks: Vec<LockEntry> = by_lock
+        .into_iter()
+        .map(|((addr, lock_type), acc)| {
+            let owner = raw
+                .lock_info
+                .get(&addr)
+                .and_then(|i| LockOwner::decode(i).ok());
+            let name = match &owner {
+                Some(o) => o.name(),
+                None => names
+                    .static_lock(addr)
+                    .unwrap_or_else(|| format!("{addr:#x}")),
+            };
+            let mut callers: Vec<CallerEntry> = acc
+                .callers
+                .into_iter()
+                .map(|(id, stats)| {
+                    let (caller, stack) = stack_cache
+                        .entry(id)
+                        .or_insert_with(|| describe_stack(raw.stacks.get(&id), names))
+                        .clone();
+                    CallerEntry {
+                        caller,
+                        stack,
+                        stats,
+                    }
+                })
+                .collect();
+            callers.sort_by(|a, b| b.stats.total_ns.cmp(&a.stats.total_ns));
+            let mut tasks: Vec<TaskEntry> = acc
+                .tasks
+                .into_iter()
+                .map(|(pid, stats)| TaskEntry {
+                    pid,
+                    comm: raw.comms.get(&pid).cloned().unwrap_or_default(),
+                    stats,
+                })
+                .collect();
+            tasks.sort_by(|a, b| b.stats.total_ns.cmp(&a.stats.total_ns));
+            LockEntry {
+                addr: format!("{addr:#x}"),
+                lock_type,
+                name,
+                owner: owner.map(|o| Owner {
+                    field: o.field.name().to_owned(),
+                    pid: o.pid,
+                    comm: o.comm,
+                }),
+                stats: acc.stats,
+                callers,
+                tasks,
+            }
+        })
+        .collect();
+    locks.sort_by(|a, b| {
+        b.stats
+            .total_ns
+            .cmp(&a.stats.total_ns)
+            .then_with(|| a.addr.cmp(&b.addr))
+    });
+    locks
+}
+
+/// (caller, stack) of a stack id; stacks that could not be stored are `[unknown]`.
+fn describe_stack(stack: Option<&Vec<u64>>, names: &dyn Names) -> (String, Vec<String>) {
+    let Some(stack) = stack else {
+        return (UNKNOWN_CALLER.to_owned(), Vec::new());
+    };
+    let frames: Vec<Frame> = names
+        .frames(stack)
+        .into_iter()
+        .skip_while(|f| f.tracing)
+        .collect();
+    let caller = frames
+        .iter()
+        .find(|f| !f.lock_internal && !f.tracing)
+        .map(|f| f.text.clone())
+        .unwrap_or_else(|| UNKNOWN_CALLER.to_owned());
+    (caller, frames.into_iter().map(|f| f.text).collect())
+}
+
+impl Recording {
+    /// Parse a recording file's text, with a clear error for other files and versions.
+    pub fn from_json(text: &str) -> anyhow::Result<Self> {
+        let value: serde_json::Value = serde_json::from_str(text)
+            .map_err(|e| anyhow::anyhow!("not a lockscope recording (invalid JSON: {e})"))?;
+        let schema = value
+            .get("schema")
+            .and_then(|s| s.as_str())
+            .ok_or_else(|| anyhow::anyhow!("not a lockscope recording (no \"schema\" field)"))?;
+        let Some(version) = schema.strip_prefix("lockscope.report/") else {
+            anyhow::bail!("not a lockscope recording (schema `{schema}`)");
+        };
+        let version: u32 = version
+            .parse()
+            .map_err(|_| anyhow::anyhow!("not a lockscope recording (schema `{schema}`)"))?;
+        if version != 1 {
+            anyhow::bail!(
+                "recording has schema version {version}, this lockscope reads version 1: \
+                 use a newer lockscope"
+            );
+        }
+        serde_json::from_value(value)
+            .map_err(|e| anyhow::anyhow!("malformed lockscope recording: {e}"))
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use lockscope_common::{LCB_F_READ, LCB_F_SPIN, LCB_F_WRITE, LOCK_KIND_MMAP_LOCK, log2_bucket};
+
+    pub struct FakeNames;
+    impl Names for FakeNames {
+        fn static_lock(&self, addr: u64) -> Option<String> {
+            (addr == 0xffff_ffff_8200_0000).then(|| "rtnl_mutex".to_owned())
+        }
+        fn frames(&self, stack: &[u64]) -> Vec<Frame> {
+            stack
+                .iter()
+                .map(|&a| {
+                    let text = match a {
+                        1 => "bpf_trace_run2+0x10",
+                        2 => "rwsem_down_read_slowpath+0x40",
+                        3 => "do_user_addr_fault+0x90",
+                        4 => "exc_page_fault+0x70",
+                        5 => "down_write_killable+0x20",
+                        6 => "vm_mmap_pgoff+0x30",
+                        _ => "?",
+                    };
+                    Frame {
+                        addr: a,
+                        text: text.to_owned(),
+                        tracing: a == 1,
+                        lock_internal: a == 2 || a == 5,
+                    }
+                })
+                .collect()
+        }
+    }
+
+    pub fn wait(ns: u64, n: u64) -> WaitStats {
+        let mut s = WaitStats {
+            count: n,
+            total_ns: ns * n,
+            min_ns: ns,
+            max_ns: ns,
+            ..Default::default()
+        };
+        s.hist[log2_bucket(ns)] = n;
+        s
+    }
+
+    pub fn sample_snapshot() -> RawSnapshot {
+        let mmap = 0xffff_8880_1234_5678u64;
+        let key = |lock, tgid, stack_id, flags| ContentionKey {
+            lock,
+            tgid,
+            stack_id,
+            flags,
+            _pad: 0,
+        };
+        let mut comm = [0u8; 16];
+        comm[..9].copy_from_slice(b"lockscope");
+        let mut raw = RawSnapshot {
+            stats: vec![
+                (key(mmap, 100, 1, LCB_F_READ), wait(2_000, 10)),
+                (key(mmap, 100, 1, LCB_F_READ), wait(4_000, 5)),
+                (key(mmap, 101, 2, LCB_F_WRITE), wait(50_000, 3)),
+                (key(0xffff_ffff_8200_0000, 7, -1, LCB_F_SPIN), wait(300, 1)),
+                (key(0xdead, 7, -1, 1 << 7), wait(300, 4)),
+            ],
+            ..Default::default()
+        };
+        raw.lock_info.insert(
+            mmap,
+            LockInfo {
+                kind: LOCK_KIND_MMAP_LOCK,
+                tgid: 100,
+                comm,
+            },
+        );
+        raw.stacks.insert(1, vec![1, 2, 3, 4]);
+        raw.stacks.insert(2, vec![1, 5, 6]);
+        raw.comms.insert(100, "lockscope".into());
+        raw.comms.insert(101, "lockscope".into());
+        raw
+    }
+
+    #[test]
+    fn locks_are_split_by_type_and_named() {
+        let mut lost = BTreeMap::new();
+        let locks = build_locks(&sample_snapshot(), &FakeNames, &mut lost);
+        assert_eq!(locks.len(), 3);
+        assert_eq!(lost["unknown_flags"], 4);
+        // Sorted by total wait: W 150 us, R 40 us, spin 0.3 us.
+        assert_eq!(locks[0].lock_type, LockType::RwsemWrite);
+        assert_eq!(locks[0].name, "mmap_lock of lockscope[100]");
+        assert_eq!(locks[0].callers[0].caller, "vm_mmap_pgoff+0x30");
+        assert_eq!(
+            locks[0].callers[0].stack,
+            vec!["down_write_killable+0x20", "vm_mmap_pgoff+0x30"]
+        );
+        let r = &locks[1];
+        assert_eq!(r.lock_type, LockType::RwsemRead);
+        assert_eq!((r.stats.count, r.stats.total_ns), (15, 40_000));
+        assert_eq!((r.stats.min_ns, r.stats.max_ns), (2_000, 4_000));
+        assert_eq!(r.callers.len(), 1);
+        assert_eq!(r.callers[0].caller, "do_user_addr_fault+0x90");
+        assert_eq!(r.tasks[0].pid, 100);
+        assert_eq!(r.tasks[0].comm, "lockscope");
+        assert_eq!(r.owner.as_ref().unwrap().field, "mmap_lock");
+        assert_eq!(locks[2].name, "rtnl_mutex");
+        assert_eq!(locks[2].callers[0].caller, UNKNOWN_CALLER);
+    }
+
+    pub fn sample_recording() -> Recording {
+        let raw = sample_snapshot();
+        let mut lost = lost_counts(&raw.counters);
+        let locks = build_locks(&raw, &FakeNames, &mut lost);
+        Recording {
+            schema: SCHEMA.into(),
+            lockscope_version: "0.1.0".into(),
+            kernel: "6.18.0".into(),
+            tier: "tracepoint".into(),
+            target: "system".into(),
+            duration_s: 2.5,
+            started_at_unix_s: 1.0,
+            command_exit_code: Some(0),
+            events: EventCounts::default(),
+            lost,
+            locks,
+        }
+    }
+
+    #[test]
+    fn file_round_trips() {
+        let rec = sample_recording();
+        let text = serde_json::to_string_pretty(&rec).unwrap();
+        assert!(text.contains("\"schema\": \"lockscope.report/1\""));
+        assert!(text.contains("\"wait_total_ns\""));
+        assert!(text.contains("\"type\": \"rwsem:W\""));
+        let back = Recording::from_json(&text).unwrap();
+        assert_eq!(back, rec);
+    }
+
+    #[test]
+    fn bad_files_get_clear_errors() {
+        let e = Recording::from_json("{nope").unwrap_err().to_string();
+        assert!(e.contains("invalid JSON"), "{e}");
+        let e = Recording::from_json("{}").unwrap_err().to_string();
+        assert!(e.contains("no \"schema\""), "{e}");
+        let e = Recording::from_json(r#"{"schema":"lockscope.report/2"}"#)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("version 2"), "{e}");
+        let e = Recording::from_json(r#"{"schema":"other/1"}"#)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("schema `other/1`"), "{e}");
+        let e = Recording::from_json(r#"{"schema":"lockscope.report/1","locks":3}"#)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("malformed"), "{e}");
+    }
+}

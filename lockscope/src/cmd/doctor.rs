@@ -1,0 +1,159 @@
+//! `lockscope doctor`: what this kernel allows, and the tier of every probe.
+
+use std::{path::Path, process::ExitCode};
+
+use crate::probe::{
+    btf::{KernelBtf, KernelOffsets, VMLINUX_BTF},
+    features,
+    loader::{HookKind, try_load},
+};
+
+struct Check {
+    what: &'static str,
+    ok: bool,
+    detail: String,
+}
+
+pub fn run() -> anyhow::Result<ExitCode> {
+    let mut checks = Vec::new();
+    let mut push = |what, ok, detail: String| checks.push(Check { what, ok, detail });
+
+    push("kernel", true, features::kernel_release());
+
+    let btf = KernelBtf::load(Path::new(VMLINUX_BTF));
+    let btf_ok = btf.is_ok();
+    match &btf {
+        Ok(_) => push("btf", true, format!("{VMLINUX_BTF} present")),
+        Err(e) => push("btf", false, format!("{e:#}")),
+    }
+    let offsets = btf.as_ref().ok().map(KernelOffsets::from_btf);
+    match &offsets {
+        Some(Ok(o)) => push(
+            "offsets",
+            true,
+            format!(
+                "task_struct.mm={} .tgid={} .sighand={} .pi_lock={}, mm_struct.mmap_lock={}, sighand_struct.siglock={}",
+                o.task_mm,
+                o.task_tgid,
+                o.task_sighand,
+                o.task_pi_lock,
+                o.mm_mmap_lock,
+                o.sighand_siglock
+            ),
+        ),
+        Some(Err(e)) => push("offsets", false, format!("{e:#}")),
+        None => push("offsets", false, "needs BTF".into()),
+    }
+
+    let tracefs = features::ensure_tracefs();
+    match &tracefs {
+        Ok(p) => push("tracefs", true, format!("{} mounted", p.display())),
+        Err(e) => push("tracefs", false, format!("{e:#}")),
+    }
+
+    let privileged = features::require_privileges();
+    match &privileged {
+        Ok(()) => push("privileges", true, "can load eBPF programs".into()),
+        Err(e) => push("privileges", false, format!("{e:#}")),
+    }
+
+    let kprobes = features::kprobes_available();
+    push(
+        "kprobes",
+        kprobes,
+        if kprobes {
+            "kprobe PMU present".into()
+        } else {
+            "no kprobe PMU (/sys/bus/event_source/devices/kprobe): CONFIG_KPROBES is off".into()
+        },
+    );
+
+    let can_load = btf_ok && privileged.is_ok();
+    let fentry = if can_load {
+        try_load("feature_fentry", HookKind::Fentry, "down_read_trylock")
+    } else {
+        Err("not tried: needs BTF and privileges".into())
+    };
+    push(
+        "fentry",
+        fentry.is_ok(),
+        match &fentry {
+            Ok(()) => "fentry/fexit programs load".into(),
+            Err(e) => format!("refused by the kernel: {e}"),
+        },
+    );
+
+    for c in &checks {
+        println!(
+            "{:<11} {:<4} {}",
+            c.what,
+            if c.ok { "ok" } else { "no" },
+            c.detail
+        );
+    }
+
+    println!();
+    println!("{:<22} {:<11} {:<10} detail", "probe", "tier", "status");
+    let tps = [
+        (
+            "contention_begin",
+            "lock",
+            "contention waits: lock, type, caller, task",
+        ),
+        (
+            "contention_end",
+            "lock",
+            "contention waits: wait time, failures",
+        ),
+        (
+            "sched_process_fork",
+            "sched",
+            "follows a target's process tree",
+        ),
+    ];
+    let mut usable = 0;
+    for (tp, category, role) in tps {
+        let exists = tracefs
+            .as_ref()
+            .map(|t| features::tracepoint_exists(t, category, tp))
+            .unwrap_or(false);
+        let status = if !can_load {
+            Err("not tried: needs BTF and privileges".to_owned())
+        } else if !exists && tracefs.is_ok() {
+            Err(format!("no {category}:{tp} tracepoint in this kernel"))
+        } else {
+            try_load(tp, HookKind::TpBtf, tp)
+        };
+        if status.is_ok() && tp.starts_with("contention") {
+            usable += 1;
+        }
+        let (word, detail) = match status {
+            Ok(()) => ("available", role.to_owned()),
+            Err(e) => ("missing", e),
+        };
+        println!("{tp:<22} {:<11} {word:<10} {detail}", "tracepoint");
+    }
+    println!(
+        "{:<22} {:<11} {:<10} {}",
+        "rwsem/qspinlock deep",
+        "deep",
+        if fentry.is_ok() || kprobes {
+            "possible"
+        } else {
+            "missing"
+        },
+        if fentry.is_ok() || kprobes {
+            "kernel allows fentry or kprobes; deep-tier probes are not in this version yet"
+        } else {
+            "needs fentry or kprobes, which this kernel refuses: tracepoint tier only"
+        }
+    );
+
+    if usable == 2 {
+        println!("\nready: lock contention can be traced (tracepoint tier)");
+        Ok(ExitCode::SUCCESS)
+    } else {
+        println!("\nnothing can be traced: fix the items marked `no` or `missing` above");
+        Ok(ExitCode::FAILURE)
+    }
+}

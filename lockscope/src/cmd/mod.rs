@@ -1,0 +1,32 @@
+//! Subcommands: each wires the pipeline's pieces (probe -> source -> aggregate -> sink).
+
+use std::process::ExitCode;
+
+use crate::{
+    cli::{Command, ViewArgs},
+    sink::report::ReportOptions,
+};
+
+pub mod doctor;
+pub mod record;
+pub mod report;
+
+pub fn run(command: Command) -> anyhow::Result<ExitCode> {
+    match command {
+        Command::Doctor => doctor::run(),
+        Command::Record(args) => record::run(args),
+        Command::Report(args) => report::run(args),
+        Command::Workload(w) => crate::workload::run(&w).map(|()| ExitCode::SUCCESS),
+    }
+}
+
+impl ViewArgs {
+    pub fn report_options(&self) -> ReportOptions {
+        ReportOptions {
+            format: self.format,
+            by: self.by,
+            sort: self.sort,
+            limit: self.entries,
+        }
+    }
+}

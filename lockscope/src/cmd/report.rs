@@ -1,0 +1,15 @@
+//! `lockscope report FILE`: re-render a recording.
+
+use std::process::ExitCode;
+
+use anyhow::Context as _;
+
+use crate::{aggregate::Recording, cli::ReportArgs, sink::report::render};
+
+pub fn run(args: ReportArgs) -> anyhow::Result<ExitCode> {
+    let text = std::fs::read_to_string(&args.file)
+        .with_context(|| format!("cannot read {}", args.file.display()))?;
+    let rec = Recording::from_json(&text).with_context(|| format!("{}", args.file.display()))?;
+    print!("{}", render(&rec, &args.view.report_options())?);
+    Ok(ExitCode::SUCCESS)
+}

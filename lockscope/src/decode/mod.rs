@@ -1,0 +1,340 @@
+//! Raw map contents -> typed lock events. Pure: no kernel access here.
+
+use std::fmt;
+
+use lockscope_common::{
+    ContentionStats, LCB_F_ALL, LCB_F_MUTEX, LCB_F_PERCPU, LCB_F_READ, LCB_F_RT, LCB_F_SPIN,
+    LCB_F_WRITE, LOCK_KIND_MMAP_LOCK, LOCK_KIND_MMAP_WAIT_LOCK, LOCK_KIND_PI_LOCK,
+    LOCK_KIND_SIGLOCK, LockInfo,
+};
+use serde::{Deserialize, Serialize};
+
+use crate::aggregate::WaitStats;
+
+/// A lock type, named as `perf lock contention` names it, decoded from `LCB_F_*` flags.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum LockType {
+    Spinlock,
+    RwlockRead,
+    RwlockWrite,
+    RwsemRead,
+    RwsemWrite,
+    Mutex,
+    /// A mutex waiter in its optimistic-spin phase (`LCB_F_MUTEX | LCB_F_SPIN`).
+    MutexSpin,
+    Rtmutex,
+    RwlockRtRead,
+    RwlockRtWrite,
+    PcpuSemRead,
+    PcpuSemWrite,
+    Semaphore,
+}
+
+impl LockType {
+    pub const ALL: [LockType; 13] = [
+        LockType::Spinlock,
+        LockType::RwlockRead,
+        LockType::RwlockWrite,
+        LockType::RwsemRead,
+        LockType::RwsemWrite,
+        LockType::Mutex,
+        LockType::MutexSpin,
+        LockType::Rtmutex,
+        LockType::RwlockRtRead,
+        LockType::RwlockRtWrite,
+        LockType::PcpuSemRead,
+        LockType::PcpuSemWrite,
+        LockType::Semaphore,
+    ];
+
+    /// Decode `contention_begin` flags. Unknown bits or combinations are an error, never
+    /// guessed.
+    pub fn from_flags(flags: u32) -> Result<Self, UnknownFlags> {
+        if flags & !LCB_F_ALL != 0 {
+            return Err(UnknownFlags(flags));
+        }
+        Ok(match flags {
+            LCB_F_SPIN => LockType::Spinlock,
+            f if f == LCB_F_SPIN | LCB_F_READ => LockType::RwlockRead,
+            f if f == LCB_F_SPIN | LCB_F_WRITE => LockType::RwlockWrite,
+            LCB_F_READ => LockType::RwsemRead,
+            LCB_F_WRITE => LockType::RwsemWrite,
+            LCB_F_MUTEX => LockType::Mutex,
+            f if f == LCB_F_MUTEX | LCB_F_SPIN => LockType::MutexSpin,
+            LCB_F_RT => LockType::Rtmutex,
+            f if f == LCB_F_RT | LCB_F_READ => LockType::RwlockRtRead,
+            f if f == LCB_F_RT | LCB_F_WRITE => LockType::RwlockRtWrite,
+            f if f == LCB_F_PERCPU | LCB_F_READ => LockType::PcpuSemRead,
+            f if f == LCB_F_PERCPU | LCB_F_WRITE => LockType::PcpuSemWrite,
+            0 => LockType::Semaphore,
+            other => return Err(UnknownFlags(other)),
+        })
+    }
+
+    /// The flags value this type is recorded with (inverse of [`LockType::from_flags`]).
+    pub fn flags(self) -> u32 {
+        match self {
+            LockType::Spinlock => LCB_F_SPIN,
+            LockType::RwlockRead => LCB_F_SPIN | LCB_F_READ,
+            LockType::RwlockWrite => LCB_F_SPIN | LCB_F_WRITE,
+            LockType::RwsemRead => LCB_F_READ,
+            LockType::RwsemWrite => LCB_F_WRITE,
+            LockType::Mutex => LCB_F_MUTEX,
+            LockType::MutexSpin => LCB_F_MUTEX | LCB_F_SPIN,
+            LockType::Rtmutex => LCB_F_RT,
+            LockType::RwlockRtRead => LCB_F_RT | LCB_F_READ,
+            LockType::RwlockRtWrite => LCB_F_RT | LCB_F_WRITE,
+            LockType::PcpuSemRead => LCB_F_PERCPU | LCB_F_READ,
+            LockType::PcpuSemWrite => LCB_F_PERCPU | LCB_F_WRITE,
+            LockType::Semaphore => 0,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            LockType::Spinlock => "spinlock",
+            LockType::RwlockRead => "rwlock:R",
+            LockType::RwlockWrite => "rwlock:W",
+            LockType::RwsemRead => "rwsem:R",
+            LockType::RwsemWrite => "rwsem:W",
+            LockType::Mutex => "mutex",
+            LockType::MutexSpin => "mutex-spin",
+            LockType::Rtmutex => "rtmutex",
+            LockType::RwlockRtRead => "rwlock-rt:R",
+            LockType::RwlockRtWrite => "rwlock-rt:W",
+            LockType::PcpuSemRead => "pcpu-sem:R",
+            LockType::PcpuSemWrite => "pcpu-sem:W",
+            LockType::Semaphore => "semaphore",
+        }
+    }
+
+    /// Parse a type name as printed by [`LockType::name`]. Also accepts a family name
+    /// (`rwsem`, `rwlock`, `pcpu-sem`, `rwlock-rt`, `mutex`) for all its variants.
+    pub fn parse_list(name: &str) -> Result<Vec<LockType>, String> {
+        let exact: Vec<_> = Self::ALL.into_iter().filter(|t| t.name() == name).collect();
+        if !exact.is_empty() {
+            return Ok(exact);
+        }
+        let family: Vec<_> = Self::ALL
+            .into_iter()
+            .filter(|t| {
+                t.name().split(':').next() == Some(name)
+                    || (name == "mutex" && *t == LockType::MutexSpin)
+            })
+            .collect();
+        if family.is_empty() {
+            let known: Vec<_> = Self::ALL.iter().map(|t| t.name()).collect();
+            return Err(format!(
+                "unknown lock type `{name}` (known: {})",
+                known.join(", ")
+            ));
+        }
+        Ok(family)
+    }
+}
+
+impl fmt::Display for LockType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl Serialize for LockType {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.name())
+    }
+}
+
+impl<'de> Deserialize<'de> for LockType {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        LockType::ALL
+            .into_iter()
+            .find(|t| t.name() == s)
+            .ok_or_else(|| serde::de::Error::custom(format!("unknown lock type `{s}`")))
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UnknownFlags(pub u32);
+
+impl fmt::Display for UnknownFlags {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "unknown contention flags {:#x}", self.0)
+    }
+}
+
+/// The bitmask of flag values to record for a set of types (`ProbeConfig::flags_mask`).
+pub fn flags_mask(types: &[LockType]) -> u64 {
+    types.iter().fold(0u64, |m, t| m | (1u64 << t.flags()))
+}
+
+/// Sum a per-CPU map value over CPUs.
+pub fn merge_cpus<'a>(values: impl IntoIterator<Item = &'a ContentionStats>) -> WaitStats {
+    let mut out = WaitStats::default();
+    for v in values {
+        out.merge(&WaitStats::from_raw(v));
+    }
+    out
+}
+
+/// What the kernel told us about who a lock belongs to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LockOwner {
+    pub field: LockField,
+    pub pid: u32,
+    pub comm: String,
+}
+
+/// Which field of the owner's structures the lock is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LockField {
+    MmapLock,
+    /// `mm->mmap_lock.wait_lock`, the spinlock guarding the rwsem's wait list.
+    MmapWaitLock,
+    Siglock,
+    PiLock,
+}
+
+impl LockField {
+    pub fn name(self) -> &'static str {
+        match self {
+            LockField::MmapLock => "mmap_lock",
+            LockField::MmapWaitLock => "mmap_lock.wait_lock",
+            LockField::Siglock => "siglock",
+            LockField::PiLock => "pi_lock",
+        }
+    }
+}
+
+impl LockOwner {
+    pub fn decode(info: &LockInfo) -> Result<Self, String> {
+        let field = match info.kind {
+            LOCK_KIND_MMAP_LOCK => LockField::MmapLock,
+            LOCK_KIND_MMAP_WAIT_LOCK => LockField::MmapWaitLock,
+            LOCK_KIND_SIGLOCK => LockField::Siglock,
+            LOCK_KIND_PI_LOCK => LockField::PiLock,
+            other => return Err(format!("unknown lock kind {other}")),
+        };
+        Ok(LockOwner {
+            field,
+            pid: info.tgid,
+            comm: comm_to_string(&info.comm),
+        })
+    }
+
+    /// The lock's name, e.g. `mmap_lock of lockscope[1234]`.
+    pub fn name(&self) -> String {
+        format!("{} of {}[{}]", self.field.name(), self.comm, self.pid)
+    }
+}
+
+/// A kernel `comm` (NUL-padded, at most 16 bytes) as text.
+pub fn comm_to_string(comm: &[u8]) -> String {
+    let end = comm.iter().position(|&b| b == 0).unwrap_or(comm.len());
+    String::from_utf8_lossy(&comm[..end]).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flags_round_trip_for_every_type() {
+        for t in LockType::ALL {
+            assert_eq!(LockType::from_flags(t.flags()), Ok(t), "{t}");
+        }
+    }
+
+    #[test]
+    fn perf_names() {
+        assert_eq!(LockType::from_flags(LCB_F_READ).unwrap().name(), "rwsem:R");
+        assert_eq!(LockType::from_flags(LCB_F_WRITE).unwrap().name(), "rwsem:W");
+        assert_eq!(LockType::from_flags(LCB_F_SPIN).unwrap().name(), "spinlock");
+        assert_eq!(LockType::from_flags(0).unwrap().name(), "semaphore");
+        assert_eq!(
+            LockType::from_flags(LCB_F_PERCPU | LCB_F_WRITE)
+                .unwrap()
+                .name(),
+            "pcpu-sem:W"
+        );
+    }
+
+    #[test]
+    fn unknown_flags_are_rejected() {
+        assert_eq!(LockType::from_flags(1 << 6), Err(UnknownFlags(1 << 6)));
+        assert_eq!(
+            LockType::from_flags(LCB_F_READ | LCB_F_WRITE),
+            Err(UnknownFlags(LCB_F_READ | LCB_F_WRITE))
+        );
+    }
+
+    #[test]
+    fn type_lists_parse_exact_and_family_names() {
+        assert_eq!(
+            LockType::parse_list("rwsem:R").unwrap(),
+            vec![LockType::RwsemRead]
+        );
+        assert_eq!(
+            LockType::parse_list("rwsem").unwrap(),
+            vec![LockType::RwsemRead, LockType::RwsemWrite]
+        );
+        assert_eq!(
+            LockType::parse_list("mutex").unwrap(),
+            vec![LockType::Mutex]
+        );
+        assert!(
+            LockType::parse_list("bogus")
+                .unwrap_err()
+                .contains("unknown lock type")
+        );
+    }
+
+    #[test]
+    fn mask_has_one_bit_per_type() {
+        let m = flags_mask(&[LockType::RwsemRead, LockType::Spinlock]);
+        assert_eq!(m, (1 << LCB_F_READ) | (1 << LCB_F_SPIN));
+    }
+
+    #[test]
+    fn owners_name_locks() {
+        let mut comm = [0u8; 16];
+        comm[..4].copy_from_slice(b"make");
+        let info = LockInfo {
+            kind: LOCK_KIND_MMAP_LOCK,
+            tgid: 42,
+            comm,
+        };
+        assert_eq!(
+            LockOwner::decode(&info).unwrap().name(),
+            "mmap_lock of make[42]"
+        );
+        let bad = LockInfo { kind: 99, ..info };
+        assert!(LockOwner::decode(&bad).is_err());
+    }
+
+    #[test]
+    fn per_cpu_values_merge() {
+        let mut a = ContentionStats::EMPTY;
+        a.count = 2;
+        a.total_ns = 300;
+        a.min_ns = 100;
+        a.max_ns = 200;
+        a.hist[6] = 1;
+        a.hist[7] = 1;
+        let mut b = ContentionStats::EMPTY;
+        b.count = 1;
+        b.failed = 1;
+        b.total_ns = 50;
+        b.min_ns = 50;
+        b.max_ns = 50;
+        b.hist[5] = 1;
+        let empty = ContentionStats::EMPTY;
+        let m = merge_cpus([&a, &b, &empty]);
+        assert_eq!(
+            (m.count, m.failed, m.total_ns, m.min_ns, m.max_ns),
+            (3, 1, 350, 50, 200)
+        );
+        assert_eq!(m.hist_total(), 3);
+    }
+}

@@ -1,0 +1,14 @@
+//! lockscope's userspace: probe -> source -> decode -> aggregate -> sinks.
+//!
+//! `probe` and `source` are the privileged edge; `decode`, `aggregate`, `symbolize`'s pure
+//! parts and `sink` are pure and unit-tested without root.
+
+pub mod aggregate;
+pub mod cli;
+pub mod cmd;
+pub mod decode;
+pub mod probe;
+pub mod sink;
+pub mod source;
+pub mod symbolize;
+pub mod workload;

@@ -1,0 +1,16 @@
+//! lockscope: eBPF lock contention tracer and profiler. Thin entry point: parse, dispatch.
+
+use clap::Parser as _;
+use lockscope::cli::Cli;
+
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    let result = lockscope::cmd::run(cli.command);
+    match result {
+        Ok(code) => code,
+        Err(err) => {
+            eprintln!("lockscope: {err:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,123 @@
+//! Kernel struct field offsets from the running kernel's BTF. Nothing is hard-coded.
+
+use std::path::Path;
+
+use anyhow::{Context as _, anyhow, bail};
+use btf_rs::{Btf, Type};
+
+pub const VMLINUX_BTF: &str = "/sys/kernel/btf/vmlinux";
+
+/// The offsets the probes need to name locks and follow forks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KernelOffsets {
+    pub task_mm: u32,
+    pub task_tgid: u32,
+    pub task_sighand: u32,
+    pub task_pi_lock: u32,
+    pub mm_mmap_lock: u32,
+    pub sighand_siglock: u32,
+    pub task_group_leader: u32,
+    pub task_comm: u32,
+    pub rwsem_wait_lock: u32,
+}
+
+impl KernelOffsets {
+    pub fn from_btf(btf: &KernelBtf) -> anyhow::Result<Self> {
+        Ok(Self {
+            task_mm: btf.member_offset("task_struct", "mm")?,
+            task_tgid: btf.member_offset("task_struct", "tgid")?,
+            task_sighand: btf.member_offset("task_struct", "sighand")?,
+            task_pi_lock: btf.member_offset("task_struct", "pi_lock")?,
+            mm_mmap_lock: btf.member_offset("mm_struct", "mmap_lock")?,
+            sighand_siglock: btf.member_offset("sighand_struct", "siglock")?,
+            task_group_leader: btf.member_offset("task_struct", "group_leader")?,
+            task_comm: btf.member_offset("task_struct", "comm")?,
+            rwsem_wait_lock: btf.member_offset("rw_semaphore", "wait_lock")?,
+        })
+    }
+}
+
+pub struct KernelBtf {
+    btf: Btf,
+}
+
+impl KernelBtf {
+    pub fn load(path: &Path) -> anyhow::Result<Self> {
+        if !path.exists() {
+            bail!(
+                "no kernel BTF at {} (the kernel needs CONFIG_DEBUG_INFO_BTF=y)",
+                path.display()
+            );
+        }
+        let btf =
+            Btf::from_file(path).with_context(|| format!("reading BTF {}", path.display()))?;
+        Ok(Self { btf })
+    }
+
+    /// Does the kernel define a type with this name (e.g. `btf_trace_contention_begin`)?
+    pub fn has_type(&self, name: &str) -> bool {
+        self.btf
+            .resolve_ids_by_name(name)
+            .map(|ids| !ids.is_empty())
+            .unwrap_or(false)
+    }
+
+    /// Byte offset of `field` in `struct name`, looking inside anonymous structs and unions.
+    pub fn member_offset(&self, name: &str, field: &str) -> anyhow::Result<u32> {
+        let types = self
+            .btf
+            .resolve_types_by_name(name)
+            .map_err(|e| anyhow!("struct {name} not in kernel BTF: {e}"))?;
+        for t in types {
+            if let Type::Struct(s) = t
+                && let Some(bits) = self.find_member(&s, field, 0)?
+            {
+                if bits % 8 != 0 {
+                    bail!("{name}.{field} is a bit field");
+                }
+                return Ok(bits / 8);
+            }
+        }
+        bail!("struct {name} has no field `{field}` in this kernel's BTF")
+    }
+
+    fn find_member(
+        &self,
+        s: &btf_rs::Struct,
+        field: &str,
+        base_bits: u32,
+    ) -> anyhow::Result<Option<u32>> {
+        for m in &s.members {
+            let name = self.btf.resolve_name(m).unwrap_or_default();
+            if name == field {
+                return Ok(Some(base_bits + m.bit_offset()));
+            }
+            if name.is_empty() {
+                let inner = self.strip(self.btf.resolve_chained_type(m)?)?;
+                if let Type::Struct(inner) | Type::Union(inner) = inner
+                    && let Some(bits) =
+                        self.find_member(&inner, field, base_bits + m.bit_offset())?
+                {
+                    return Ok(Some(bits));
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    /// Follow typedefs and qualifiers to the underlying type.
+    fn strip(&self, mut t: Type) -> anyhow::Result<Type> {
+        for _ in 0..16 {
+            match &t {
+                Type::Typedef(_) | Type::Const(_) | Type::Volatile(_) | Type::Restrict(_) => {
+                    let bt = t
+                        .as_btf_type()
+                        .ok_or_else(|| anyhow!("BTF type without reference"))?;
+                    t = self.btf.resolve_chained_type(bt)?;
+                }
+                _ => return Ok(t),
+            }
+        }
+        bail!("BTF type chain too long")
+    }
+}

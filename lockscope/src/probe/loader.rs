@@ -1,0 +1,233 @@
+//! Load the embedded eBPF object, configure it from BTF, attach what the kernel allows.
+//! The one loader every sink uses.
+
+use std::path::PathBuf;
+
+use anyhow::{Context as _, anyhow, bail};
+use aya::{
+    Btf, Ebpf, EbpfLoader,
+    maps::HashMap as BpfHashMap,
+    programs::{BtfTracePoint, Link as _, links::FdLink},
+};
+use lockscope_common::{FILTER_ALL, FILTER_CGROUP, FILTER_TGIDS, ProbeConfig};
+
+use super::{
+    btf::{KernelBtf, KernelOffsets, VMLINUX_BTF},
+    features,
+};
+use crate::decode::{LockType, flags_mask};
+
+/// The eBPF object built by build.rs.
+static PROBES_OBJ: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/lockscope"));
+
+/// What to trace. Filtering happens in the kernel.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    /// Every task on the system.
+    System,
+    /// These processes and the processes they fork from now on.
+    Pids(Vec<u32>),
+    /// The command lockscope is about to start, and its whole process tree.
+    Command,
+    /// Tasks in this cgroup (v2) or below it.
+    Cgroup(PathBuf),
+}
+
+#[derive(Debug, Clone)]
+pub struct LoadOptions {
+    pub target: Target,
+    /// Lock types to record; `None` for all.
+    pub types: Option<Vec<LockType>>,
+}
+
+/// Loaded and attached probes. Dropping it detaches everything.
+pub struct Probes {
+    ebpf: Ebpf,
+    links: Vec<(String, FdLink)>,
+    pub tier: &'static str,
+}
+
+/// Tracepoint-tier programs: (program name in the object, BTF tracepoint name).
+const CONTENTION_PROGRAMS: [(&str, &str); 2] = [
+    ("contention_begin", "contention_begin"),
+    ("contention_end", "contention_end"),
+];
+
+impl Probes {
+    pub fn load(opts: &LoadOptions) -> anyhow::Result<Self> {
+        features::require_privileges()?;
+        features::bump_memlock_rlimit();
+        let kbtf = KernelBtf::load(&PathBuf::from(VMLINUX_BTF))?;
+        for (_, tp) in CONTENTION_PROGRAMS {
+            if !kbtf.has_type(&format!("btf_trace_{tp}")) {
+                bail!(
+                    "this kernel has no lock:{tp} tracepoint (needs Linux 5.19 or later); \
+                     nothing to trace"
+                );
+            }
+        }
+        let offsets = KernelOffsets::from_btf(&kbtf)?;
+        let mut config = ProbeConfig {
+            filter_mode: FILTER_ALL,
+            flags_mask: u64::MAX,
+            off_task_mm: offsets.task_mm,
+            off_task_tgid: offsets.task_tgid,
+            off_task_sighand: offsets.task_sighand,
+            off_task_pi_lock: offsets.task_pi_lock,
+            off_mm_mmap_lock: offsets.mm_mmap_lock,
+            off_sighand_siglock: offsets.sighand_siglock,
+            off_task_group_leader: offsets.task_group_leader,
+            off_task_comm: offsets.task_comm,
+            off_rwsem_wait_lock: offsets.rwsem_wait_lock,
+            ..Default::default()
+        };
+        if let Some(types) = &opts.types {
+            config.flags_mask = flags_mask(types);
+        }
+        match &opts.target {
+            Target::System => {}
+            Target::Pids(_) => config.filter_mode = FILTER_TGIDS,
+            Target::Command => {
+                config.filter_mode = FILTER_TGIDS;
+                config.launcher_tgid = std::process::id();
+            }
+            Target::Cgroup(path) => {
+                let (id, level) = features::cgroup_id_and_level(path)?;
+                config.filter_mode = FILTER_CGROUP;
+                config.cgroup_id = id;
+                config.cgroup_level = level;
+            }
+        }
+
+        let btf = Btf::from_sys_fs().context("reading kernel BTF")?;
+        let mut ebpf = EbpfLoader::new()
+            .btf(Some(&btf))
+            .override_global("CONFIG", &config, true)
+            .load(PROBES_OBJ)
+            .context("loading the eBPF probes into the kernel")?;
+
+        if let Target::Pids(pids) = &opts.target {
+            let mut targets: BpfHashMap<_, u32, u8> =
+                BpfHashMap::try_from(ebpf.map_mut("TARGETS").context("TARGETS map")?)?;
+            for pid in pids {
+                targets
+                    .insert(pid, 1, 0)
+                    .with_context(|| format!("adding pid {pid} to the target map"))?;
+            }
+        }
+
+        let mut probes = Probes {
+            ebpf,
+            links: Vec::new(),
+            tier: "tracepoint",
+        };
+        for (prog, tp) in CONTENTION_PROGRAMS {
+            probes.attach_tp_btf(prog, tp, &btf)?;
+        }
+        if config.filter_mode == FILTER_TGIDS {
+            probes.attach_tp_btf("sched_process_fork", "sched_process_fork", &btf)?;
+        }
+        Ok(probes)
+    }
+
+    fn attach_tp_btf(&mut self, prog: &str, tp: &str, btf: &Btf) -> anyhow::Result<()> {
+        let program: &mut BtfTracePoint = self
+            .ebpf
+            .program_mut(prog)
+            .ok_or_else(|| anyhow!("program {prog} missing from the eBPF object"))?
+            .try_into()?;
+        program
+            .load(tp, btf)
+            .with_context(|| format!("loading tp_btf/{tp}"))?;
+        let id = program
+            .attach()
+            .with_context(|| format!("attaching tp_btf/{tp}"))?;
+        let link = program.take_link(id)?;
+        self.links.push((tp.to_owned(), link.into()));
+        Ok(())
+    }
+
+    /// Names of the attached probes.
+    pub fn attached(&self) -> Vec<String> {
+        self.links.iter().map(|(n, _)| n.clone()).collect()
+    }
+
+    /// Detach every program: no new events after this returns; maps stay readable.
+    pub fn detach(&mut self) {
+        for (_, link) in self.links.drain(..) {
+            let _ = link.detach();
+        }
+    }
+
+    pub fn ebpf(&self) -> &Ebpf {
+        &self.ebpf
+    }
+}
+
+/// How a probe hooks into the kernel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HookKind {
+    TpBtf,
+    Fentry,
+}
+
+/// Ask the kernel whether it accepts a program: load it (verifier included), never attach.
+/// `Err` carries the kernel's answer.
+pub fn try_load(prog: &str, kind: HookKind, target: &str) -> Result<(), String> {
+    let btf = Btf::from_sys_fs().map_err(|e| format!("no kernel BTF: {e}"))?;
+    let mut ebpf = EbpfLoader::new()
+        .btf(Some(&btf))
+        .load(PROBES_OBJ)
+        .map_err(|e| format!("{e}"))?;
+    let program = ebpf
+        .program_mut(prog)
+        .ok_or_else(|| format!("program {prog} missing"))?;
+    let result = match kind {
+        HookKind::TpBtf => {
+            let p: &mut BtfTracePoint = program.try_into().map_err(|e| format!("{e}"))?;
+            p.load(target, &btf)
+        }
+        HookKind::Fentry => {
+            let p: &mut aya::programs::FEntry = program.try_into().map_err(|e| format!("{e}"))?;
+            p.load(target, &btf)
+        }
+    };
+    result.map_err(|e| error_chain(&e))
+}
+
+/// An error and its sources on one line (the kernel's errno is usually the last), with a
+/// verifier log cut to its verdict.
+pub fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut src = e.source();
+    while let Some(inner) = src {
+        s.push_str(": ");
+        s.push_str(&inner.to_string());
+        src = inner.source();
+    }
+    match s.split_once("Verifier output:") {
+        Some((head, log)) => {
+            let verdict: Vec<&str> = log
+                .lines()
+                .map(str::trim)
+                .filter(|l| !l.is_empty() && !l.starts_with(':') && !l.starts_with(';'))
+                .filter(|l| {
+                    l.contains("invalid")
+                        || l.contains("outside")
+                        || l.contains("not allowed")
+                        || l.contains("unknown")
+                })
+                .collect();
+            format!(
+                "{}{}",
+                head.trim_end().trim_end_matches('.'),
+                if verdict.is_empty() {
+                    String::new()
+                } else {
+                    format!(" (verifier: {})", verdict.join("; "))
+                }
+            )
+        }
+        None => s,
+    }
+}

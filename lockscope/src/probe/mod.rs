@@ -1,0 +1,7 @@
+//! The privileged edge: kernel feature probing, BTF offsets, loading and attaching.
+
+pub mod btf;
+pub mod features;
+pub mod loader;
+
+pub use loader::{LoadOptions, Probes, Target};

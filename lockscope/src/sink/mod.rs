@@ -1,0 +1,3 @@
+//! Sinks of the pipeline: the report renderings (table, JSON, CSV).
+
+pub mod report;

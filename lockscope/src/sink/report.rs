@@ -1,0 +1,300 @@
+//! Text, JSON and CSV renderings of a recording. `record` and `report` both end here.
+
+use std::fmt::Write as _;
+
+use clap::ValueEnum;
+
+use crate::aggregate::{
+    Recording,
+    rows::{GroupBy, Row, SortKey, rows, sort_rows},
+};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]
+pub enum Format {
+    /// Aligned table, like `perf lock contention`.
+    #[default]
+    Table,
+    /// The recording itself (schema lockscope.report/1).
+    Json,
+    /// One line per row, header first.
+    Csv,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct ReportOptions {
+    pub format: Format,
+    pub by: GroupBy,
+    pub sort: SortKey,
+    /// At most this many rows (0: all).
+    pub limit: usize,
+}
+
+impl Default for ReportOptions {
+    fn default() -> Self {
+        Self {
+            format: Format::Table,
+            by: GroupBy::Lock,
+            sort: SortKey::Total,
+            limit: 20,
+        }
+    }
+}
+
+pub fn render(rec: &Recording, opts: &ReportOptions) -> anyhow::Result<String> {
+    if opts.format == Format::Json {
+        return Ok(serde_json::to_string_pretty(rec)? + "\n");
+    }
+    let mut r = rows(rec, opts.by);
+    sort_rows(&mut r, opts.sort);
+    let shown = if opts.limit == 0 {
+        r.len()
+    } else {
+        opts.limit.min(r.len())
+    };
+    Ok(match opts.format {
+        Format::Csv => csv(&r[..shown], opts.by),
+        _ => table(rec, &r, shown, opts.by),
+    })
+}
+
+/// A duration in the unit that keeps 1-4 significant digits, like perf.
+pub fn fmt_ns(ns: u64) -> String {
+    let v = ns as f64;
+    if ns < 1_000 {
+        format!("{ns} ns")
+    } else if ns < 1_000_000 {
+        format!("{:.2} us", v / 1e3)
+    } else if ns < 1_000_000_000 {
+        format!("{:.2} ms", v / 1e6)
+    } else {
+        format!("{:.2} s", v / 1e9)
+    }
+}
+
+fn name_header(by: GroupBy) -> &'static str {
+    match by {
+        GroupBy::Lock => "name",
+        GroupBy::Caller => "caller",
+        GroupBy::Task => "task",
+        GroupBy::Type => "type",
+    }
+}
+
+fn table(rec: &Recording, rows: &[Row], shown: usize, by: GroupBy) -> String {
+    let mut out = String::new();
+    let headers = [
+        "contended",
+        "total wait",
+        "max wait",
+        "avg wait",
+        "p50~",
+        "p99~",
+        "type",
+        name_header(by),
+        if by == GroupBy::Caller {
+            ""
+        } else {
+            "top caller"
+        },
+    ];
+    let cells: Vec<[String; 9]> = rows[..shown]
+        .iter()
+        .map(|r| {
+            let s = &r.stats;
+            [
+                s.count.to_string(),
+                fmt_ns(s.total_ns),
+                fmt_ns(s.max_ns),
+                fmt_ns(s.avg_ns()),
+                fmt_ns(s.percentile_ns(50.0)),
+                fmt_ns(s.percentile_ns(99.0)),
+                r.lock_type.clone(),
+                r.name.clone(),
+                if by == GroupBy::Caller {
+                    String::new()
+                } else {
+                    r.top_caller.clone()
+                },
+            ]
+        })
+        .collect();
+    let mut width = headers.map(str::len);
+    for row in &cells {
+        for (w, c) in width.iter_mut().zip(row.iter()) {
+            *w = (*w).max(c.chars().count());
+        }
+    }
+    let line = |out: &mut String, cols: &[&str]| {
+        let mut l = String::new();
+        for (i, c) in cols.iter().enumerate() {
+            // Numbers right-aligned, text left-aligned; the last column is not padded.
+            if i < 6 {
+                let _ = write!(l, "{c:>w$}  ", w = width[i]);
+            } else if i + 1 < cols.len() {
+                let _ = write!(l, "{c:<w$}  ", w = width[i]);
+            } else {
+                l.push_str(c);
+            }
+        }
+        out.push_str(l.trim_end());
+        out.push('\n');
+    };
+    line(&mut out, &headers);
+    for row in &cells {
+        line(
+            &mut out,
+            &row.iter().map(String::as_str).collect::<Vec<_>>(),
+        );
+    }
+    if rows.is_empty() {
+        out.push_str("(no lock contention recorded)\n");
+    } else if shown < rows.len() {
+        let _ = writeln!(
+            out,
+            "... {} more rows (use -n 0 to show all)",
+            rows.len() - shown
+        );
+    }
+    out.push('\n');
+    let _ = writeln!(
+        out,
+        "tier: {}  duration: {:.2} s  target: {}  kernel: {}",
+        rec.tier, rec.duration_s, rec.target, rec.kernel
+    );
+    let e = &rec.events;
+    let _ = writeln!(
+        out,
+        "events: {} begin, {} end, {} in progress at end, {} unpaired end, {} unpaired begin, {} filtered by type",
+        e.begin, e.end, e.in_progress_at_end, e.unpaired_end, e.unpaired_begin, e.type_filtered
+    );
+    let lost: Vec<String> = rec.lost.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    let total_lost: u64 = rec.lost.values().sum();
+    let _ = writeln!(
+        out,
+        "lost: {} ({})",
+        if total_lost == 0 {
+            "none".to_owned()
+        } else {
+            total_lost.to_string()
+        },
+        lost.join(" ")
+    );
+    out.push_str("~ estimated from log2 histograms (true value within the same power of two)\n");
+    out
+}
+
+fn csv_field(s: &str) -> String {
+    if s.contains([',', '"', '\n']) {
+        format!("\"{}\"", s.replace('"', "\"\""))
+    } else {
+        s.to_owned()
+    }
+}
+
+fn csv(rows: &[Row], by: GroupBy) -> String {
+    let mut out = format!(
+        "{},type,addr,contended,failed,wait_total_ns,wait_max_ns,wait_min_ns,wait_avg_ns,wait_p50_ns_est,wait_p99_ns_est,top_caller\n",
+        name_header(by)
+    );
+    for r in rows {
+        let s = &r.stats;
+        let _ = writeln!(
+            out,
+            "{},{},{},{},{},{},{},{},{},{},{},{}",
+            csv_field(&r.name),
+            csv_field(&r.lock_type),
+            r.addr,
+            s.count,
+            s.failed,
+            s.total_ns,
+            s.max_ns,
+            s.min_ns,
+            s.avg_ns(),
+            s.percentile_ns(50.0),
+            s.percentile_ns(99.0),
+            csv_field(&r.top_caller)
+        );
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::aggregate::recording::tests::sample_recording;
+
+    #[test]
+    fn durations_pick_a_unit() {
+        assert_eq!(fmt_ns(999), "999 ns");
+        assert_eq!(fmt_ns(1_500), "1.50 us");
+        assert_eq!(fmt_ns(2_340_000), "2.34 ms");
+        assert_eq!(fmt_ns(3_000_000_000), "3.00 s");
+    }
+
+    #[test]
+    fn table_mirrors_perf_and_states_tier_and_loss() {
+        let t = render(&sample_recording(), &ReportOptions::default()).unwrap();
+        let lines: Vec<&str> = t.lines().collect();
+        assert!(
+            lines[0].starts_with("contended  total wait"),
+            "{}",
+            lines[0]
+        );
+        assert!(lines[1].contains("rwsem:W") && lines[1].contains("mmap_lock of lockscope[100]"));
+        assert!(lines[1].contains("150.00 us"), "{}", lines[1]);
+        assert!(lines[1].trim_start().starts_with('3'));
+        assert!(t.contains("tier: tracepoint"));
+        assert!(
+            t.contains("lost: 4 (") && t.contains("unknown_flags=4"),
+            "{t}"
+        );
+    }
+
+    #[test]
+    fn limit_and_empty() {
+        let rec = sample_recording();
+        let opts = ReportOptions {
+            limit: 1,
+            ..Default::default()
+        };
+        let t = render(&rec, &opts).unwrap();
+        assert!(t.contains("... 2 more rows"));
+        let mut empty = rec.clone();
+        empty.locks.clear();
+        let t = render(&empty, &ReportOptions::default()).unwrap();
+        assert!(t.contains("(no lock contention recorded)"));
+    }
+
+    #[test]
+    fn csv_has_exact_numbers_and_quotes() {
+        let opts = ReportOptions {
+            format: Format::Csv,
+            ..Default::default()
+        };
+        let c = render(&sample_recording(), &opts).unwrap();
+        let mut lines = c.lines();
+        assert!(
+            lines
+                .next()
+                .unwrap()
+                .starts_with("name,type,addr,contended")
+        );
+        let first: Vec<&str> = lines.next().unwrap().split(',').collect();
+        assert_eq!(first[1], "rwsem:W");
+        assert_eq!(first[3], "3");
+        assert_eq!(first[5], "150000");
+        assert_eq!(csv_field("a,b"), "\"a,b\"");
+        assert_eq!(csv_field("say \"x\""), "\"say \"\"x\"\"\"");
+    }
+
+    #[test]
+    fn json_is_the_recording() {
+        let rec = sample_recording();
+        let opts = ReportOptions {
+            format: Format::Json,
+            ..Default::default()
+        };
+        let j = render(&rec, &opts).unwrap();
+        assert_eq!(Recording::from_json(&j).unwrap(), rec);
+    }
+}

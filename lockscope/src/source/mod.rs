@@ -1,0 +1,80 @@
+//! Reading the in-kernel aggregation maps into a [`RawSnapshot`].
+
+use std::collections::HashMap;
+
+use anyhow::Context as _;
+use aya::{
+    Ebpf,
+    maps::{HashMap as BpfHashMap, MapData, PerCpuArray, PerCpuHashMap, StackTraceMap},
+};
+use lockscope_common::{COUNTERS_LEN, ContentionKey, ContentionStats, LockInfo, WaitStart};
+
+use crate::{
+    aggregate::RawSnapshot,
+    decode::{comm_to_string, merge_cpus},
+};
+
+/// Per-CPU event counters summed over CPUs (cheap: one small array).
+pub fn read_counters(ebpf: &Ebpf) -> anyhow::Result<[u64; COUNTERS_LEN as usize]> {
+    let counters: PerCpuArray<&MapData, u64> =
+        PerCpuArray::try_from(ebpf.map("COUNTERS").context("COUNTERS map")?)?;
+    let mut out = [0u64; COUNTERS_LEN as usize];
+    for (i, slot) in out.iter_mut().enumerate() {
+        *slot = counters.get(&(i as u32), 0)?.iter().sum();
+    }
+    Ok(out)
+}
+
+/// Everything the probes aggregated so far.
+pub fn read_snapshot(ebpf: &Ebpf) -> anyhow::Result<RawSnapshot> {
+    let mut raw = RawSnapshot {
+        counters: read_counters(ebpf)?,
+        ..Default::default()
+    };
+
+    let stats: PerCpuHashMap<&MapData, ContentionKey, ContentionStats> = PerCpuHashMap::try_from(
+        ebpf.map("CONTENTION_STATS")
+            .context("CONTENTION_STATS map")?,
+    )?;
+    for entry in stats.iter() {
+        let (key, values) = entry.context("reading CONTENTION_STATS")?;
+        raw.stats.push((key, merge_cpus(values.iter())));
+    }
+
+    let info: BpfHashMap<&MapData, u64, LockInfo> =
+        BpfHashMap::try_from(ebpf.map("LOCK_INFO").context("LOCK_INFO map")?)?;
+    for entry in info.iter() {
+        let (lock, li) = entry.context("reading LOCK_INFO")?;
+        raw.lock_info.insert(lock, li);
+    }
+
+    let comms: BpfHashMap<&MapData, u32, [u8; 16]> =
+        BpfHashMap::try_from(ebpf.map("COMMS").context("COMMS map")?)?;
+    for entry in comms.iter() {
+        let (tgid, comm) = entry.context("reading COMMS")?;
+        raw.comms.insert(tgid, comm_to_string(&comm));
+    }
+
+    let stacks = StackTraceMap::try_from(ebpf.map("STACKS").context("STACKS map")?)?;
+    let wanted: Vec<i32> = {
+        let mut ids: Vec<i32> = raw.stats.iter().map(|(k, _)| k.stack_id).collect();
+        ids.sort_unstable();
+        ids.dedup();
+        ids
+    };
+    let mut frames = HashMap::new();
+    for id in wanted.into_iter().filter(|&id| id >= 0) {
+        if let Ok(trace) = stacks.get(&(id as u32), 0) {
+            frames.insert(id, trace.frames().iter().map(|f| f.ip).collect());
+        }
+    }
+    raw.stacks = frames;
+
+    let task_waits: BpfHashMap<&MapData, u32, WaitStart> =
+        BpfHashMap::try_from(ebpf.map("TASK_WAITS").context("TASK_WAITS map")?)?;
+    let cpu_depth: PerCpuArray<&MapData, u32> =
+        PerCpuArray::try_from(ebpf.map("CPU_WAIT_DEPTH").context("CPU_WAIT_DEPTH map")?)?;
+    let spinning: u64 = cpu_depth.get(&0, 0)?.iter().map(|&d| d as u64).sum();
+    raw.in_progress = task_waits.keys().count() as u64 + spinning;
+    Ok(raw)
+}
