@@ -25,13 +25,12 @@ pub const fn is_spinning_wait(flags: u32) -> bool {
 pub struct ContentionKey {
     /// Address of the lock.
     pub lock: u64,
+    /// Hash of the kernel stack at `contention_begin` (key of `STACKS`), 0 when none.
+    pub stack: u64,
     /// Process (thread group) of the waiter.
     pub tgid: u32,
-    /// Kernel stack id in `STACKS` at `contention_begin`, or negative when none was stored.
-    pub stack_id: i32,
     /// `LCB_F_*` flags of the wait.
     pub flags: u32,
-    pub _pad: u32,
 }
 assert_size!(ContentionKey, 24);
 
@@ -97,9 +96,29 @@ pub struct WaitStart {
     pub ts_ns: u64,
     pub lock: u64,
     pub flags: u32,
-    pub stack_id: i32,
+    pub _pad: u32,
+    pub stack: u64,
 }
-assert_size!(WaitStart, 24);
+assert_size!(WaitStart, 32);
+
+/// Kernel stack frames kept per distinct stack, innermost first, zero-padded.
+pub const STACK_DEPTH: usize = 24;
+pub type StackFrames = [u64; STACK_DEPTH];
+
+/// FNV-1a over the frames: the key of a stack in `STACKS`. Stacks are stored by content
+/// hash (not `bpf_get_stackid`'s bucket index) so that two hot stacks never evict or
+/// refuse each other; 0 is reserved for "no stack".
+#[inline(always)]
+pub fn stack_hash(frames: &StackFrames) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut i = 0;
+    while i < STACK_DEPTH {
+        h ^= frames[i];
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+        i += 1;
+    }
+    if h == 0 { 1 } else { h }
+}
 
 /// How many spinning waits may nest on one CPU (an interrupt contending a spinlock while
 /// the CPU already spins on another, and so on).
@@ -155,7 +174,7 @@ pub const CNT_LOST_STATS_FULL: u32 = 4;
 pub const CNT_LOST_TASK_WAIT_FULL: u32 = 5;
 /// Spinning waits nested deeper than `CPU_WAIT_MAX_DEPTH` on one CPU: a wait was not timed.
 pub const CNT_LOST_CPU_NESTING: u32 = 6;
-/// `bpf_get_stackid` failed (stack map full or hash collision): aggregated with no stack.
+/// The kernel stack could not be read or stored (stack map full): aggregated with no stack.
 pub const CNT_LOST_STACK: u32 = 7;
 /// The lock-identity map was full: a lock stays unnamed.
 pub const CNT_LOST_LOCK_INFO: u32 = 8;

@@ -70,7 +70,7 @@ pub fn current_is_target(cfg: &ProbeConfig) -> bool {
     match cfg.filter_mode {
         FILTER_TGIDS => {
             let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
-            unsafe { TARGETS.get(&tgid).is_some() }
+            unsafe { TARGETS.get(tgid).is_some() }
         }
         FILTER_CGROUP => {
             let id = unsafe { bpf_get_current_ancestor_cgroup_id(cfg.cgroup_level as i32) };

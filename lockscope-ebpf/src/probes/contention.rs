@@ -10,13 +10,15 @@
 //! and a log2 histogram.
 
 use aya_ebpf::{
+    EbpfContext as _,
     bindings::{BPF_F_NO_PREALLOC, BPF_NOEXIST},
     helpers::{
-        bpf_get_current_pid_tgid, bpf_get_current_task, bpf_ktime_get_ns, bpf_probe_read_kernel,
+        bpf_get_current_pid_tgid, bpf_get_current_task, bpf_get_stack, bpf_ktime_get_ns,
+        bpf_probe_read_kernel,
     },
     macros::{btf_tracepoint, map},
-    maps::{HashMap, LruHashMap, PerCpuArray, PerCpuHashMap, StackTrace},
-    programs::{BtfTracePointContext, tracing::StackIdContext as _},
+    maps::{HashMap, LruHashMap, PerCpuArray, PerCpuHashMap},
+    programs::BtfTracePointContext,
 };
 use lockscope_common::*;
 
@@ -50,9 +52,13 @@ static LOCK_INFO: LruHashMap<u64, LockInfo> =
 #[map]
 static COMMS: LruHashMap<u32, [u8; 16]> = LruHashMap::with_max_entries(COMMS_MAX_ENTRIES, 0);
 
-/// Kernel stacks at `contention_begin`.
+/// Kernel stacks at `contention_begin`, by content hash.
 #[map]
-static STACKS: StackTrace = StackTrace::with_max_entries(STACKS_MAX_ENTRIES, 0);
+static STACKS: HashMap<u64, StackFrames> = HashMap::with_max_entries(STACKS_MAX_ENTRIES, 0);
+
+/// Scratch buffer for reading a stack (too big for the BPF stack).
+#[map]
+static STACK_SCRATCH: PerCpuArray<StackFrames> = PerCpuArray::with_max_entries(1, 0);
 
 static EMPTY_STATS: ContentionStats = ContentionStats::EMPTY;
 
@@ -89,7 +95,7 @@ fn on_begin(ctx: &BtfTracePointContext, lock: u64, flags: u32) {
     if !is_spinning_wait(flags) {
         // A mutex that spun first (MUTEX|SPIN) and then sleeps (MUTEX) reports a second
         // begin for the same lock: one wait, timed from the first begin.
-        if let Some(w) = TASK_WAITS.get_ptr_mut(&tid) {
+        if let Some(w) = TASK_WAITS.get_ptr_mut(tid) {
             let w = unsafe { &mut *w };
             if w.lock == lock {
                 w.flags = flags;
@@ -99,18 +105,13 @@ fn on_begin(ctx: &BtfTracePointContext, lock: u64, flags: u32) {
         }
     }
 
-    let stack_id = match ctx.get_stackid(&STACKS, 0) {
-        Ok(id) => id as i32,
-        Err(_) => {
-            count(CNT_LOST_STACK);
-            -1
-        }
-    };
+    let stack = kernel_stack(ctx);
     let start = WaitStart {
         ts_ns: now,
         lock,
         flags,
-        stack_id,
+        _pad: 0,
+        stack,
     };
 
     if is_spinning_wait(flags) {
@@ -128,7 +129,7 @@ fn on_begin(ctx: &BtfTracePointContext, lock: u64, flags: u32) {
                 return;
             }
         }
-    } else if TASK_WAITS.insert(&tid, &start, 0).is_err() {
+    } else if TASK_WAITS.insert(tid, start, 0).is_err() {
         count(CNT_LOST_TASK_WAIT_FULL);
     }
 
@@ -139,17 +140,45 @@ fn on_begin(ctx: &BtfTracePointContext, lock: u64, flags: u32) {
 #[inline(always)]
 fn remember_comm(cfg: &ProbeConfig) {
     let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
-    if unsafe { COMMS.get(&tgid) }.is_none() {
+    if unsafe { COMMS.get(tgid) }.is_none() {
         let comm = current_process_comm(cfg);
-        let _ = COMMS.insert(&tgid, &comm, BPF_NOEXIST as u64);
+        let _ = COMMS.insert(tgid, comm, BPF_NOEXIST as u64);
     }
+}
+
+/// Read the kernel stack, store it once under its hash, return the hash (0: none).
+#[inline(always)]
+fn kernel_stack(ctx: &BtfTracePointContext) -> u64 {
+    let Some(buf) = STACK_SCRATCH.get_ptr_mut(0) else {
+        return 0;
+    };
+    let size = core::mem::size_of::<StackFrames>() as u32;
+    // The kernel zero-fills the buffer past the frames it wrote.
+    let n = unsafe { bpf_get_stack(ctx.as_ptr(), buf.cast(), size, 0) };
+    if n <= 0 {
+        count(CNT_LOST_STACK);
+        return 0;
+    }
+    let frames = unsafe { &*buf };
+    let hash = stack_hash(frames);
+    if unsafe { STACKS.get(hash) }.is_none() {
+        match STACKS.insert(hash, frames, BPF_NOEXIST as u64) {
+            Ok(()) => {}
+            Err(-17) => {} // another CPU stored it first
+            Err(_) => {
+                count(CNT_LOST_STACK);
+                return 0;
+            }
+        }
+    }
+    hash
 }
 
 /// Remember when `lock` is the current task's `mm->mmap_lock`, `sighand->siglock` or
 /// `pi_lock`, with the owning process, the first time we see it contended.
 #[inline(always)]
 fn name_lock(cfg: &ProbeConfig, lock: u64) {
-    if unsafe { LOCK_INFO.get(&lock) }.is_some() {
+    if unsafe { LOCK_INFO.get(lock) }.is_some() {
         return;
     }
     let task = unsafe { bpf_get_current_task() };
@@ -176,11 +205,11 @@ fn name_lock(cfg: &ProbeConfig, lock: u64) {
         tgid: (bpf_get_current_pid_tgid() >> 32) as u32,
         comm: current_process_comm(cfg),
     };
-    if let Err(e) = LOCK_INFO.insert(&lock, &info, BPF_NOEXIST as u64) {
-        if e != -17 {
-            // -EEXIST means another CPU named it first: nothing lost.
-            count(CNT_LOST_LOCK_INFO);
-        }
+    if let Err(e) = LOCK_INFO.insert(lock, info, BPF_NOEXIST as u64)
+        && e != -17
+    {
+        // -EEXIST means another CPU named it first: nothing lost.
+        count(CNT_LOST_LOCK_INFO);
     }
 }
 
@@ -208,10 +237,10 @@ fn on_end(lock: u64, ret: i32) {
     }
 
     let tid = bpf_get_current_pid_tgid() as u32;
-    if let Some(w) = unsafe { TASK_WAITS.get(&tid) } {
+    if let Some(w) = unsafe { TASK_WAITS.get(tid) } {
         let w = *w;
         if w.lock == lock {
-            let _ = TASK_WAITS.remove(&tid);
+            let _ = TASK_WAITS.remove(tid);
             account(&w, now, ret);
             return;
         }
@@ -229,15 +258,14 @@ fn account(w: &WaitStart, now: u64, ret: i32) {
     let key = ContentionKey {
         lock: w.lock,
         tgid: (bpf_get_current_pid_tgid() >> 32) as u32,
-        stack_id: w.stack_id,
+        stack: w.stack,
         flags: w.flags,
-        _pad: 0,
     };
-    let mut stats = CONTENTION_STATS.get_ptr_mut(&key);
+    let mut stats = CONTENTION_STATS.get_ptr_mut(key);
     if stats.is_none() {
         // -EEXIST: raced with ourselves from an interrupt; the lookup below finds it.
-        let _ = CONTENTION_STATS.insert(&key, &EMPTY_STATS, BPF_NOEXIST as u64);
-        stats = CONTENTION_STATS.get_ptr_mut(&key);
+        let _ = CONTENTION_STATS.insert(key, EMPTY_STATS, BPF_NOEXIST as u64);
+        stats = CONTENTION_STATS.get_ptr_mut(key);
     }
     let Some(s) = stats else {
         count(CNT_LOST_STATS_FULL);

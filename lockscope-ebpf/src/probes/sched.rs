@@ -18,7 +18,7 @@ pub fn sched_process_fork(ctx: BtfTracePointContext) -> i32 {
     }
     let parent_tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
     let followed =
-        parent_tgid == cfg.launcher_tgid || unsafe { TARGETS.get(&parent_tgid) }.is_some();
+        parent_tgid == cfg.launcher_tgid || unsafe { TARGETS.get(parent_tgid) }.is_some();
     if !followed {
         return 0;
     }
@@ -29,7 +29,7 @@ pub fn sched_process_fork(ctx: BtfTracePointContext) -> i32 {
         return 0;
     };
     // A new thread shares its parent's tgid: already a target.
-    if child_tgid != parent_tgid && TARGETS.insert(&child_tgid, &1, 0).is_err() {
+    if child_tgid != parent_tgid && TARGETS.insert(child_tgid, 1, 0).is_err() {
         count(CNT_LOST_TARGET_FULL);
     }
     0

@@ -16,7 +16,7 @@ pub const SCHEMA: &str = "lockscope.report/1";
 pub struct RawSnapshot {
     pub stats: Vec<(ContentionKey, WaitStats)>,
     pub lock_info: HashMap<u64, LockInfo>,
-    pub stacks: HashMap<i32, Vec<u64>>,
+    pub stacks: HashMap<u64, Vec<u64>>,
     pub comms: HashMap<u32, String>,
     pub counters: [u64; COUNTERS_LEN as usize],
     /// Waits begun but not ended when the snapshot was taken.
@@ -158,7 +158,7 @@ pub fn build_locks(
 ) -> Vec<LockEntry> {
     struct Acc {
         stats: WaitStats,
-        callers: BTreeMap<i32, WaitStats>,
+        callers: BTreeMap<u64, WaitStats>,
         tasks: BTreeMap<u32, WaitStats>,
     }
     let mut by_lock: BTreeMap<(u64, LockType), Acc> = BTreeMap::new();
@@ -174,14 +174,14 @@ pub fn build_locks(
             tasks: BTreeMap::new(),
         });
         acc.stats.merge(stats);
-        acc.callers.entry(key.stack_id).or_default().merge(stats);
+        acc.callers.entry(key.stack).or_default().merge(stats);
         acc.tasks.entry(key.tgid).or_default().merge(stats);
     }
     if unknown > 0 {
         *lost.entry("unknown_flags".to_owned()).or_default() += unknown;
     }
 
-    let mut stack_cache: HashMap<i32, (String, Vec<String>)> = HashMap::new();
+    let mut stack_cache: HashMap<u64, (String, Vec<String>)> = HashMap::new();
     let mut locks: Vec<LockEntry> = by_lock
         .into_iter()
         .map(|((addr, lock_type), acc)| {
@@ -210,7 +210,7 @@ pub fn build_locks(
                     }
                 })
                 .collect();
-            callers.sort_by(|a, b| b.stats.total_ns.cmp(&a.stats.total_ns));
+            callers.sort_by_key(|c| std::cmp::Reverse(c.stats.total_ns));
             let mut tasks: Vec<TaskEntry> = acc
                 .tasks
                 .into_iter()
@@ -220,7 +220,7 @@ pub fn build_locks(
                     stats,
                 })
                 .collect();
-            tasks.sort_by(|a, b| b.stats.total_ns.cmp(&a.stats.total_ns));
+            tasks.sort_by_key(|t| std::cmp::Reverse(t.stats.total_ns));
             LockEntry {
                 addr: format!("{addr:#x}"),
                 lock_type,
@@ -337,12 +337,11 @@ pub(crate) mod tests {
 
     pub fn sample_snapshot() -> RawSnapshot {
         let mmap = 0xffff_8880_1234_5678u64;
-        let key = |lock, tgid, stack_id, flags| ContentionKey {
+        let key = |lock, tgid, stack, flags| ContentionKey {
             lock,
+            stack,
             tgid,
-            stack_id,
             flags,
-            _pad: 0,
         };
         let mut comm = [0u8; 16];
         comm[..9].copy_from_slice(b"lockscope");
@@ -351,8 +350,8 @@ pub(crate) mod tests {
                 (key(mmap, 100, 1, LCB_F_READ), wait(2_000, 10)),
                 (key(mmap, 100, 1, LCB_F_READ), wait(4_000, 5)),
                 (key(mmap, 101, 2, LCB_F_WRITE), wait(50_000, 3)),
-                (key(0xffff_ffff_8200_0000, 7, -1, LCB_F_SPIN), wait(300, 1)),
-                (key(0xdead, 7, -1, 1 << 7), wait(300, 4)),
+                (key(0xffff_ffff_8200_0000, 7, 0, LCB_F_SPIN), wait(300, 1)),
+                (key(0xdead, 7, 0, 1 << 7), wait(300, 4)),
             ],
             ..Default::default()
         };

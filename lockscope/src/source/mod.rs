@@ -1,13 +1,13 @@
 //! Reading the in-kernel aggregation maps into a [`RawSnapshot`].
 
-use std::collections::HashMap;
-
 use anyhow::Context as _;
 use aya::{
     Ebpf,
-    maps::{HashMap as BpfHashMap, MapData, PerCpuArray, PerCpuHashMap, StackTraceMap},
+    maps::{HashMap as BpfHashMap, MapData, PerCpuArray, PerCpuHashMap},
 };
-use lockscope_common::{COUNTERS_LEN, ContentionKey, ContentionStats, LockInfo, WaitStart};
+use lockscope_common::{
+    COUNTERS_LEN, ContentionKey, ContentionStats, LockInfo, StackFrames, WaitStart,
+};
 
 use crate::{
     aggregate::RawSnapshot,
@@ -55,20 +55,15 @@ pub fn read_snapshot(ebpf: &Ebpf) -> anyhow::Result<RawSnapshot> {
         raw.comms.insert(tgid, comm_to_string(&comm));
     }
 
-    let stacks = StackTraceMap::try_from(ebpf.map("STACKS").context("STACKS map")?)?;
-    let wanted: Vec<i32> = {
-        let mut ids: Vec<i32> = raw.stats.iter().map(|(k, _)| k.stack_id).collect();
-        ids.sort_unstable();
-        ids.dedup();
-        ids
-    };
-    let mut frames = HashMap::new();
-    for id in wanted.into_iter().filter(|&id| id >= 0) {
-        if let Ok(trace) = stacks.get(&(id as u32), 0) {
-            frames.insert(id, trace.frames().iter().map(|f| f.ip).collect());
-        }
+    let stacks: BpfHashMap<&MapData, u64, StackFrames> =
+        BpfHashMap::try_from(ebpf.map("STACKS").context("STACKS map")?)?;
+    for entry in stacks.iter() {
+        let (hash, frames) = entry.context("reading STACKS")?;
+        raw.stacks.insert(
+            hash,
+            frames.iter().copied().take_while(|&ip| ip != 0).collect(),
+        );
     }
-    raw.stacks = frames;
 
     let task_waits: BpfHashMap<&MapData, u32, WaitStart> =
         BpfHashMap::try_from(ebpf.map("TASK_WAITS").context("TASK_WAITS map")?)?;

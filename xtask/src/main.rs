@@ -1,0 +1,109 @@
+//! Developer tasks for lockscope: `cargo xtask <command>`.
+//!
+//! `cargo xtask` is an alias (see `.cargo/config.toml`) for
+//! `cargo run --quiet --package xtask --`.
+
+mod setup;
+mod tasks;
+mod util;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(
+    name = "cargo xtask",
+    bin_name = "cargo xtask",
+    about = "Developer tasks for lockscope (build, test, demo, machine setup)",
+    long_about = "Developer tasks for lockscope, an eBPF lock-contention profiler.\n\n\
+        lockscope has two halves: `lockscope-ebpf` (no_std probes, built for \
+        bpfel-unknown-none with the nightly toolchain and linked by bpf-linker) and \
+        `lockscope` (userspace; its build.rs compiles and embeds the probes). \
+        Every command below first runs `setup`, so a fresh Debian machine only \
+        needs rustup and `cargo xtask test`.",
+    after_help = "Examples:\n  \
+        cargo xtask setup            # install what is missing, nothing else\n  \
+        cargo xtask build --release  # build target/release/lockscope\n  \
+        cargo xtask demo             # profile a built-in workload (needs root)\n  \
+        cargo xtask test             # fmt, clippy, eBPF clippy, then all tests\n  \
+        cargo xtask test --quick -- mmap   # only tests whose name contains `mmap`"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Install what this machine lacks (idempotent; near-instant when done).
+    #[command(long_about = "Install, only when missing:\n  \
+        - the nightly toolchain with rust-src and clippy (for the eBPF crate),\n    \
+          and clippy/rustfmt for the default toolchain;\n  \
+        - Debian packages (llvm-22-dev libclang-22-dev linux-perf bpftool tmux\n    \
+          util-linux procps) via apt-get;\n  \
+        - bpf-linker, built against LLVM 22 with `cargo install`;\n  \
+        - tracefs mounted at /sys/kernel/tracing (root only).\n\n\
+        Prints one line per thing installed, or `setup: everything present`. \
+        apt-get and mount need root; when not root, apt-get goes through sudo.")]
+    Setup,
+
+    /// Set up, then build lockscope (which builds and embeds the eBPF probes).
+    Build {
+        /// Build with the release profile (target/release/lockscope).
+        #[arg(long)]
+        release: bool,
+    },
+
+    /// Set up, build in release, then profile a built-in lock-heavy workload.
+    #[command(long_about = "Set up, build lockscope in release mode, then run\n\n  \
+        lockscope record -- lockscope workload mmap-churn --seconds 5\n\n\
+        and print its contention report. Loading eBPF programs needs root: when not \
+        root, the profiler is started through sudo. Honours CARGO_TARGET_DIR.")]
+    Demo,
+
+    /// Set up, then run fmt, clippy (host and eBPF) and all tests (as root).
+    #[command(long_about = "Set up, then run, stopping at the first failure:\n  \
+        1. cargo fmt --all -- --check\n  \
+        2. cargo clippy --all-targets -- -D warnings   (default members)\n  \
+        3. cargo +nightly clippy -p lockscope-ebpf --target bpfel-unknown-none \
+           -Z build-std=core -- -D warnings\n  \
+        4. cargo test --release [ARGS]   (default members; needs root)\n\n\
+        The integration tests in lockscope/tests/ load eBPF programs, so the test \
+        binaries must run as root: when not root they run through `sudo -E` (set as \
+        cargo's target runner), so building still happens as you. Exits with the \
+        failing step's exit code.")]
+    Test {
+        /// Skip fmt and clippy; only run the tests.
+        #[arg(long)]
+        quick: bool,
+
+        /// Extra arguments for `cargo test`, after `--` (e.g. a test name filter;
+        /// use `-- -- --nocapture` to reach the test binaries).
+        #[arg(last = true, value_name = "ARGS")]
+        test_args: Vec<String>,
+    },
+    // Planned, not implemented yet:
+    // /// Run the privileged tests in VMs across kernel versions.
+    // VmTest { .. },
+    // /// Measure profiler overhead on the built-in workloads.
+    // Bench { .. },
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Cmd::Setup => setup::setup(),
+        Cmd::Build { release } => tasks::build(release),
+        Cmd::Demo => tasks::demo(),
+        Cmd::Test { quick, test_args } => tasks::test(quick, &test_args),
+    };
+    if let Err(err) = result {
+        eprintln!("error: {err:#}");
+        let code = err
+            .chain()
+            .find_map(|e| e.downcast_ref::<util::CommandFailed>())
+            .map(|f| f.code)
+            .filter(|&c| c != 0)
+            .unwrap_or(1);
+        std::process::exit(code);
+    }
+}
