@@ -96,7 +96,8 @@ pub struct WaitStart {
     pub ts_ns: u64,
     pub lock: u64,
     pub flags: u32,
-    pub _pad: u32,
+    /// Process of the waiter.
+    pub tgid: u32,
     pub stack: u64,
 }
 assert_size!(WaitStart, 32);
@@ -182,7 +183,10 @@ pub const CNT_LOST_LOCK_INFO: u32 = 8;
 pub const CNT_LOST_TARGET_FULL: u32 = 9;
 /// Waits skipped because their type was not asked for (`--types`).
 pub const CNT_TYPE_FILTERED: u32 = 10;
-pub const COUNTERS_LEN: u32 = 11;
+/// Spinning waits whose `contention_end` never reached the probe (the kernel skips a BPF
+/// program that an interrupt re-enters on the same CPU): begun but not timed.
+pub const CNT_LOST_END_MISSED: u32 = 11;
+pub const COUNTERS_LEN: u32 = 12;
 
 /// Names of the `COUNTERS` slots, as shown in reports and metrics.
 pub const COUNTER_NAMES: [&str; COUNTERS_LEN as usize] = [
@@ -197,6 +201,7 @@ pub const COUNTER_NAMES: [&str; COUNTERS_LEN as usize] = [
     "lock_info_map_full",
     "target_map_full",
     "type_filtered",
+    "end_missed",
 ];
 
 /// Map sizes (entries). Userspace may override them at load.

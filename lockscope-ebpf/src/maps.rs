@@ -58,9 +58,15 @@ pub fn current_process_comm(cfg: &ProbeConfig) -> [u8; 16] {
 
 #[inline(always)]
 pub fn count(slot: u32) {
+    count_n(slot, 1);
+}
+
+#[inline(always)]
+pub fn count_n(slot: u32, n: u64) {
     if let Some(c) = COUNTERS.get_ptr_mut(slot) {
-        // Per-CPU slot, programs of this type do not nest on one CPU: a plain add is exact.
-        unsafe { *c += 1 };
+        // A per-CPU slot: only an interrupt on this CPU running another of our programs in
+        // the middle of this add could race with it.
+        unsafe { *c += n };
     }
 }
 

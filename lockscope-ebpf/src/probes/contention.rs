@@ -22,7 +22,7 @@ use aya_ebpf::{
 };
 use lockscope_common::*;
 
-use crate::maps::{CONFIG, count, current_is_target, current_process_comm};
+use crate::maps::{CONFIG, count, count_n, current_is_target, current_process_comm};
 
 /// Finished waits, aggregated.
 #[map]
@@ -110,7 +110,7 @@ fn on_begin(ctx: &BtfTracePointContext, lock: u64, flags: u32) {
         ts_ns: now,
         lock,
         flags,
-        _pad: 0,
+        tgid: (bpf_get_current_pid_tgid() >> 32) as u32,
         stack,
     };
 
@@ -222,16 +222,32 @@ fn read_kernel(addr: u64) -> u64 {
 fn on_end(lock: u64, ret: i32) {
     let now = unsafe { bpf_ktime_get_ns() };
 
-    // A spinning wait on this CPU is the innermost one: look there first.
+    // A spinning wait on this CPU is the innermost one: look there first, from the top.
+    // An entry above the match is an orphan: its end ran while this program was already
+    // running on the CPU (the kernel skips a BPF program re-entered from an interrupt), so
+    // it will never be matched. Drop it and count it.
     if let Some(depth) = CPU_WAIT_DEPTH.get_ptr_mut(0) {
         let depth = unsafe { &mut *depth };
-        if *depth > 0
-            && let Some(top) = CPU_WAIT_SLOTS.get(*depth - 1)
-            && top.lock == lock
-        {
-            let top = *top;
-            *depth -= 1;
-            account(&top, now, ret);
+        let d = *depth;
+        let mut found = CPU_WAIT_MAX_DEPTH;
+        for k in 0..CPU_WAIT_MAX_DEPTH {
+            if k >= d {
+                break;
+            }
+            if let Some(w) = CPU_WAIT_SLOTS.get(d - 1 - k)
+                && w.lock == lock
+            {
+                found = d - 1 - k;
+                break;
+            }
+        }
+        if let Some(w) = CPU_WAIT_SLOTS.get(found) {
+            let w = *w;
+            if d > found + 1 {
+                count_n(CNT_LOST_END_MISSED, (d - found - 1) as u64);
+            }
+            *depth = found;
+            account(&w, now, ret);
             return;
         }
     }
@@ -252,12 +268,15 @@ fn on_end(lock: u64, ret: i32) {
     }
 }
 
-#[inline(always)]
+/// Kept out of line: called from two places in `contention_end`, and inlining both copies
+/// overflows the 512-byte BPF stack.
+#[inline(never)]
 fn account(w: &WaitStart, now: u64, ret: i32) {
     count(CNT_END);
     let key = ContentionKey {
         lock: w.lock,
-        tgid: (bpf_get_current_pid_tgid() >> 32) as u32,
+        // The waiter: a spinning wait may end in an interrupt on top of another task.
+        tgid: w.tgid,
         stack: w.stack,
         flags: w.flags,
     };

@@ -97,6 +97,7 @@ pub fn run(args: RecordArgs) -> anyhow::Result<ExitCode> {
 
 /// Check the request before touching the kernel: every bad input is a clear error.
 fn validate(args: &RecordArgs) -> anyhow::Result<Target> {
+    features::require_privileges()?;
     if let Some(d) = args.duration
         && !(d > 0.0 && d.is_finite())
     {

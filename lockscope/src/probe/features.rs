@@ -101,16 +101,25 @@ pub fn ensure_tracefs() -> anyhow::Result<PathBuf> {
             path.display()
         );
     }
-    let status = std::process::Command::new("mount")
+    let out = std::process::Command::new("mount")
         .args(["-t", "tracefs", "nodev"])
         .arg(&path)
-        .status();
-    match status {
-        Ok(s) if s.success() && path.join("events").is_dir() => Ok(path),
-        _ => bail!(
-            "tracefs is not mounted at {} and mounting it failed \
-             (try: mount -t tracefs nodev {})",
+        .output();
+    match out {
+        Ok(o) if o.status.success() && path.join("events").is_dir() => Ok(path),
+        Ok(o) => bail!(
+            "tracefs is not mounted at {} and mounting it failed ({}); \
+             try: mount -t tracefs nodev {}",
             path.display(),
+            String::from_utf8_lossy(&o.stderr)
+                .lines()
+                .next()
+                .unwrap_or("")
+                .trim(),
+            path.display()
+        ),
+        Err(e) => bail!(
+            "tracefs is not mounted at {} and `mount` failed: {e}",
             path.display()
         ),
     }

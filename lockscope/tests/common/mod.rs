@@ -1,0 +1,89 @@
+//! Shared helpers of the privileged integration tests: they load real probes into the
+//! running kernel, drive real workloads and assert on numbers. They need root.
+#![allow(dead_code)]
+
+use std::{
+    path::{Path, PathBuf},
+    process::{Command, Output},
+};
+
+use serde_json::Value;
+
+/// Privileged tests run one at a time: they load probes, drive workloads that compete
+/// for the CPUs, and count loaded programs. Take this first in every test.
+pub fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The lockscope binary under test.
+pub fn lockscope() -> Command {
+    require_root();
+    Command::new(env!("CARGO_BIN_EXE_lockscope"))
+}
+
+pub fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_lockscope")
+}
+
+pub fn require_root() {
+    // SAFETY: geteuid has no preconditions.
+    let euid = unsafe { libc::geteuid() };
+    assert_eq!(
+        euid, 0,
+        "privileged integration tests must run as root (cargo xtask test does this)"
+    );
+}
+
+/// A fresh scratch directory for one test.
+pub fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("lockscope-test-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// Run, and fail the test with both output streams when it did not succeed.
+pub fn run_ok(cmd: &mut Command) -> Output {
+    let out = cmd.output().expect("spawn");
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed: {}\nstdout:\n{}\nstderr:\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+pub fn read_json(path: &Path) -> Value {
+    let text = std::fs::read_to_string(path).unwrap();
+    serde_json::from_str(&text).unwrap()
+}
+
+/// Lock entries of a recording whose owner is this process's mmap_lock.
+pub fn mmap_lock_entries(rec: &Value, pid: Option<u64>) -> Vec<&Value> {
+    rec["locks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|l| l["owner"]["field"] == "mmap_lock")
+        .filter(|l| pid.is_none_or(|p| l["owner"]["pid"].as_u64() == Some(p)))
+        .collect()
+}
+
+/// Names of the BPF programs loaded right now (bpftool), to check nothing is left behind.
+pub fn loaded_programs() -> Vec<String> {
+    let out = Command::new("bpftool")
+        .args(["prog", "show", "--json"])
+        .output()
+        .expect("bpftool (installed by cargo xtask setup)");
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+    v.as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|p| p["name"].as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default()
+}
