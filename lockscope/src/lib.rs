@@ -8,6 +8,7 @@ pub mod cli;
 pub mod cmd;
 pub mod decode;
 pub mod probe;
+pub mod session;
 pub mod sink;
 pub mod source;
 pub mod symbolize;

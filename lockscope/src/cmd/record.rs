@@ -5,23 +5,18 @@ use std::{
     io::{IsTerminal as _, Write as _},
     path::{Path, PathBuf},
     process::ExitCode,
-    time::{Duration, Instant, SystemTime, UNIX_EPOCH},
+    time::{Duration, Instant},
 };
 
 use anyhow::{Context as _, bail};
 use lockscope_common::{CNT_BEGIN, CNT_END, COUNTER_NAMES};
 
 use crate::{
-    aggregate::{
-        Recording,
-        recording::{EventCounts, SCHEMA, build_locks, lost_counts},
-    },
     cli::RecordArgs,
     decode::LockType,
-    probe::{LoadOptions, Probes, Target, features},
+    probe::{LoadOptions, Target, features},
+    session::Session,
     sink::report::render,
-    source::{read_counters, read_snapshot},
-    symbolize::KernelNames,
 };
 
 /// Why recording stopped.
@@ -36,26 +31,17 @@ pub fn run(args: RecordArgs) -> anyhow::Result<ExitCode> {
     let types = parse_types(&args.types)?;
     let target_desc = describe_target(&args, &target);
 
-    let mut probes = Probes::load(&LoadOptions {
-        target: target.clone(),
-        types,
-    })?;
+    let mut session = Session::start(&LoadOptions { target, types }, target_desc)?;
 
-    let started_at = SystemTime::now();
     let start = Instant::now();
     let deadline = args.duration.map(|d| start + Duration::from_secs_f64(d));
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    let (stop, mut child) = rt.block_on(wait_for_stop(&args, &probes, start, deadline))?;
-    let duration = start.elapsed();
-    probes.detach();
+    let (stop, mut child) = rt.block_on(wait_for_stop(&args, &session, start, deadline))?;
+    session.stop();
     clear_status();
-
-    let raw = read_snapshot(probes.ebpf())?;
-    let mut lost = lost_counts(&raw.counters);
-    let names = KernelNames::new();
-    let locks = build_locks(&raw, &names, &mut lost);
+    let mut rec = session.snapshot()?;
 
     // Tracing has stopped; a command still running (-d elapsed) runs to its end.
     let status = match (stop, child.as_mut()) {
@@ -64,23 +50,7 @@ pub fn run(args: RecordArgs) -> anyhow::Result<ExitCode> {
         _ => None,
     };
     let exit_code = status.map(exit_code_of);
-
-    let rec = Recording {
-        schema: SCHEMA.to_owned(),
-        lockscope_version: env!("CARGO_PKG_VERSION").to_owned(),
-        kernel: features::kernel_release(),
-        tier: probes.tier.to_owned(),
-        target: target_desc,
-        duration_s: duration.as_secs_f64(),
-        started_at_unix_s: started_at
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_secs_f64())
-            .unwrap_or(0.0),
-        command_exit_code: exit_code,
-        events: EventCounts::from_counters(&raw.counters, raw.in_progress),
-        lost,
-        locks,
-    };
+    rec.command_exit_code = exit_code;
     if let Some(path) = &args.output {
         let text = serde_json::to_string_pretty(&rec)? + "\n";
         std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))?;
@@ -184,7 +154,7 @@ fn describe_target(args: &RecordArgs, target: &Target) -> String {
 
 async fn wait_for_stop(
     args: &RecordArgs,
-    probes: &Probes,
+    session: &Session,
     start: Instant,
     deadline: Option<Instant>,
 ) -> anyhow::Result<(Stop, Option<tokio::process::Child>)> {
@@ -219,7 +189,7 @@ async fn wait_for_stop(
             _ = &mut sleep => break Stop::Duration,
             _ = tick.tick() => {
                 if live {
-                    show_status(probes, start);
+                    show_status(session, start);
                 }
             }
         }
@@ -227,8 +197,8 @@ async fn wait_for_stop(
     Ok((stop, child))
 }
 
-fn show_status(probes: &Probes, start: Instant) {
-    let Ok(c) = read_counters(probes.ebpf()) else {
+fn show_status(session: &Session, start: Instant) {
+    let Ok(c) = session.counters() else {
         return;
     };
     let lost: u64 = COUNTER_NAMES
