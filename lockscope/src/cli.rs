@@ -41,7 +41,9 @@ pub enum Command {
     ///   lockscope record -d 5 -o run.json     whole system, keep the recording
     #[command(verbatim_doc_comment)]
     Record(RecordArgs),
-    /// Render a recording written by `record -o` as a table, JSON or CSV.
+    /// Render a recording written by `record -o` as a table, JSON, CSV or HTML.
+    ///
+    /// Example: lockscope report run.json --format html -o report.html
     Report(ReportArgs),
     /// Built-in contention generators, to try lockscope or benchmark with.
     #[command(subcommand)]
@@ -69,7 +71,11 @@ pub struct RecordArgs {
     /// Stop after this many seconds (default: when the command exits, or at Ctrl-C).
     #[arg(short = 'd', long = "duration", value_name = "SECS")]
     pub duration: Option<f64>,
-    /// Write the recording (JSON, schema lockscope.report/1) to this file.
+    /// Sample contention every this many seconds for the recording's timeline (the HTML
+    /// report draws it), and refresh the live status line.
+    #[arg(long, value_name = "SECS", default_value_t = 1.0)]
+    pub interval: f64,
+    /// Write the recording (JSON, schema lockscope.report/2) to this file.
     #[arg(short = 'o', long = "output", value_name = "FILE")]
     pub output: Option<PathBuf>,
     /// With a command: trace the whole system while it runs, not only its process tree.
@@ -86,6 +92,9 @@ pub struct RecordArgs {
     /// a family name (rwsem, rwlock, pcpu-sem) means all its variants.
     #[arg(long, value_name = "LIST", value_delimiter = ',')]
     pub types: Vec<String>,
+    /// Also write the HTML report (histograms, timeline, flame graphs) to this file.
+    #[arg(long, value_name = "FILE")]
+    pub html: Option<PathBuf>,
     #[command(flatten)]
     pub view: ViewArgs,
     /// The command to run and trace; its exit code becomes lockscope's.
@@ -97,6 +106,9 @@ pub struct RecordArgs {
 pub struct ReportArgs {
     /// A recording written by `lockscope record -o FILE`.
     pub file: PathBuf,
+    /// Write the report to this file instead of standard output.
+    #[arg(short = 'o', long = "output", value_name = "FILE")]
+    pub output: Option<PathBuf>,
     #[command(flatten)]
     pub view: ViewArgs,
 }

@@ -6,12 +6,13 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use lockscope_common::COUNTERS_LEN;
 
 use crate::{
+    aggregate::timeline::LockTotals,
     aggregate::{
         Recording,
         recording::{EventCounts, SCHEMA, build_locks, lost_counts},
     },
     probe::{LoadOptions, Probes, features},
-    source::{read_counters, read_snapshot},
+    source::{read_counters, read_lock_totals, read_snapshot},
     symbolize::KernelNames,
 };
 
@@ -72,7 +73,14 @@ impl Session {
             events: EventCounts::from_counters(&raw.counters, raw.in_progress),
             lost,
             locks,
+            timeline: None,
         })
+    }
+
+    /// Cumulative count and wait time per (lock, type): cheap enough to read every interval
+    /// (no symbolization).
+    pub fn lock_totals(&self) -> anyhow::Result<Vec<LockTotals>> {
+        read_lock_totals(self.probes.ebpf())
     }
 
     /// Detach every probe: no new events; maps stay readable for a last snapshot.

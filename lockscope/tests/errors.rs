@@ -7,16 +7,6 @@ use std::process::{Command, Output};
 
 use common::*;
 
-/// The probes' program names as the kernel shows them (truncated to 15 characters).
-const OUR_PROGRAMS: [&str; 3] = ["contention_begi", "contention_end", "sched_process_f"];
-
-fn ours_loaded() -> usize {
-    loaded_programs()
-        .iter()
-        .filter(|n| OUR_PROGRAMS.iter().any(|o| n.starts_with(o)))
-        .count()
-}
-
 fn assert_clean_failure(out: &Output, expect: &str) {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "should fail: {stderr}");
@@ -33,7 +23,7 @@ fn assert_clean_failure(out: &Output, expect: &str) {
 #[test]
 fn bad_input_fails_clearly_and_leaves_nothing_attached() {
     let _serial = serial();
-    let before = ours_loaded();
+    let watch = ProgramWatch::start();
     let dir = scratch("errors");
 
     // Unknown pid.
@@ -96,13 +86,13 @@ fn bad_input_fails_clearly_and_leaves_nothing_attached() {
     let out = lockscope().arg("report").arg(&bad).output().unwrap();
     assert_clean_failure(&out, "malformed lockscope recording");
 
-    assert_eq!(ours_loaded(), before, "a failed run left programs loaded");
+    watch.assert_none_left();
 }
 
 #[test]
 fn command_exit_code_passes_through_and_probes_detach() {
     let _serial = serial();
-    let before = ours_loaded();
+    let watch = ProgramWatch::start();
     let out = lockscope()
         .args(["record", "--", "sh", "-c", "echo hello-from-cmd; exit 7"])
         .output()
@@ -110,7 +100,7 @@ fn command_exit_code_passes_through_and_probes_detach() {
     assert_eq!(out.status.code(), Some(7));
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.starts_with("hello-from-cmd\n"), "{stdout}");
-    assert_eq!(ours_loaded(), before);
+    watch.assert_none_left();
 }
 
 #[test]

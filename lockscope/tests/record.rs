@@ -47,7 +47,7 @@ fn mmap_churn_contends_its_mmap_lock_for_read_and_write() {
     assert!(stdout.contains("contended"), "{stdout}");
 
     let rec = read_json(&file);
-    assert_eq!(rec["schema"], "lockscope.report/1");
+    assert_eq!(rec["schema"], "lockscope.report/2");
     assert_eq!(rec["tier"], "tracepoint");
     assert_eq!(rec["command_exit_code"], 0);
     let entries = mmap_lock_entries(&rec, None);
@@ -113,6 +113,25 @@ fn mmap_churn_contends_its_mmap_lock_for_read_and_write() {
         .map(|l| stat(l, "contended"))
         .sum();
     assert_eq!(total, rec["events"]["end"].as_u64().unwrap());
+    // The timeline's per-interval deltas add up to each lock's totals.
+    for s in rec["timeline"]["series"].as_array().unwrap() {
+        if s["addr"] == "other" {
+            continue;
+        }
+        let lock = rec["locks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|l| l["addr"] == s["addr"] && l["type"] == s["type"])
+            .expect("series of a known lock");
+        let sum: u64 = s["contended"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_u64().unwrap())
+            .sum();
+        assert_eq!(sum, stat(lock, "contended"), "timeline of {}", lock["name"]);
+    }
     // Maps never fill on this workload. Only an end the kernel itself did not deliver to
     // the probe (a re-entered program is skipped) may be missed, and rarely.
     for (reason, n) in rec["lost"].as_object().unwrap() {
@@ -130,7 +149,9 @@ fn pid_filter_excludes_a_concurrent_workload() {
     let _serial = serial();
     let spawn = || {
         Command::new(bin())
-            .args(["workload", "mmap-churn", "--seconds", "4"])
+            // Long enough to outlive lockscope's start-up on a loaded machine; killed
+            // once the recording is done.
+            .args(["workload", "mmap-churn", "--seconds", "30"])
             .stdout(Stdio::null())
             .spawn()
             .unwrap()
@@ -145,7 +166,10 @@ fn pid_filter_excludes_a_concurrent_workload() {
             .args(["record", "-d", "2", "--pid", &a.id().to_string(), "-o"])
             .arg(&file),
     );
-    let _ = (a.wait(), b.wait());
+    for c in [&mut a, &mut b] {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
     let rec = read_json(&file);
     let (pa, pb) = (a.id() as u64, b.id() as u64);
     assert!(
@@ -207,5 +231,66 @@ fn contended_counts_agree_with_perf_lock() {
             diff <= 0.05,
             "{flag}: lockscope {ours} vs perf {perf_count}"
         );
+    }
+}
+
+/// `--cgroup`: only tasks in that cgroup (v2) are recorded, filtered in the kernel.
+#[test]
+fn cgroup_filter_records_only_that_cgroup() {
+    let _serial = serial();
+    let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap();
+    let root = mounts
+        .lines()
+        .find_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f.get(2) == Some(&"cgroup2")).then(|| f[1].to_owned())
+        })
+        .expect("a cgroup v2 hierarchy");
+    let cg = std::path::Path::new(&root).join(format!("lockscope-test-{}", std::process::id()));
+    let _ = std::fs::remove_dir(&cg);
+    std::fs::create_dir(&cg).unwrap();
+    let spawn = || {
+        Command::new(bin())
+            // Long enough to outlive lockscope's start-up on a loaded machine; killed
+            // once the recording is done.
+            .args(["workload", "mmap-churn", "--seconds", "30"])
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap()
+    };
+    let mut inside = spawn();
+    let mut outside = spawn();
+    std::fs::write(cg.join("cgroup.procs"), inside.id().to_string()).unwrap();
+    thread::sleep(Duration::from_millis(300));
+    let dir = scratch("cgroup");
+    let file = dir.join("rec.json");
+    let out = lockscope()
+        .args(["record", "-d", "2", "--cgroup"])
+        .arg(&cg)
+        .arg("-o")
+        .arg(&file)
+        .output()
+        .unwrap();
+    for c in [&mut inside, &mut outside] {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+    let _ = std::fs::remove_dir(&cg);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rec = read_json(&file);
+    let pid = inside.id() as u64;
+    assert!(
+        !mmap_lock_entries(&rec, Some(pid)).is_empty(),
+        "{}",
+        rec["locks"]
+    );
+    for l in rec["locks"].as_array().unwrap() {
+        for t in l["tasks"].as_array().unwrap() {
+            assert_eq!(t["pid"].as_u64(), Some(pid), "{t}");
+        }
     }
 }

@@ -17,6 +17,7 @@ use crate::util::{self, output, run};
 /// - `tmux`: multi-pane demos.
 /// - `util-linux`: `setpriv`, to drop privileges in the tests.
 /// - `procps`: `ps`, `pgrep`, ...
+/// - `chromium`: headless browser test of the HTML report.
 pub const DEBIAN_PACKAGES: &[&str] = &[
     "llvm-22-dev",
     "libclang-22-dev",
@@ -25,6 +26,7 @@ pub const DEBIAN_PACKAGES: &[&str] = &[
     "tmux",
     "util-linux",
     "procps",
+    "chromium",
 ];
 
 /// Toolchain that builds the eBPF crate (`-Z build-std` needs nightly).

@@ -3,6 +3,7 @@
 pub mod recording;
 pub mod rows;
 pub mod stats;
+pub mod timeline;
 
 pub use recording::{Frame, LockEntry, Names, RawSnapshot, Recording};
 pub use stats::WaitStats;

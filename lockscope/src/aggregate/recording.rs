@@ -9,7 +9,9 @@ use serde::{Deserialize, Serialize};
 use super::WaitStats;
 use crate::decode::{LockOwner, LockType};
 
-pub const SCHEMA: &str = "lockscope.report/1";
+pub const SCHEMA: &str = "lockscope.report/2";
+/// Schema versions this lockscope reads: 1 (no timeline) and 2.
+pub const SCHEMA_VERSIONS: std::ops::RangeInclusive<u32> = 1..=2;
 
 /// Everything read from the kernel maps at one moment, CPUs already summed.
 #[derive(Debug, Clone, Default)]
@@ -63,6 +65,9 @@ pub struct Recording {
     /// Everything that could not be stored, by reason. All zero in a complete recording.
     pub lost: BTreeMap<String, u64>,
     pub locks: Vec<LockEntry>,
+    /// Contention per interval over the run (schema 2; absent in version 1 files).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeline: Option<super::timeline::Timeline>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -279,10 +284,12 @@ impl Recording {
         let version: u32 = version
             .parse()
             .map_err(|_| anyhow::anyhow!("not a lockscope recording (schema `{schema}`)"))?;
-        if version != 1 {
+        if !SCHEMA_VERSIONS.contains(&version) {
             anyhow::bail!(
-                "recording has schema version {version}, this lockscope reads version 1: \
-                 use a newer lockscope"
+                "recording has schema version {version}, this lockscope reads versions {}-{}: \
+                 use a newer lockscope",
+                SCHEMA_VERSIONS.start(),
+                SCHEMA_VERSIONS.end()
             );
         }
         serde_json::from_value(value)
@@ -414,14 +421,24 @@ pub(crate) mod tests {
             events: EventCounts::default(),
             lost,
             locks,
+            timeline: None,
         }
+    }
+
+    #[test]
+    fn version_1_files_still_read() {
+        let mut v = serde_json::to_value(sample_recording()).unwrap();
+        v["schema"] = "lockscope.report/1".into();
+        let rec = Recording::from_json(&v.to_string()).unwrap();
+        assert_eq!(rec.timeline, None);
+        assert_eq!(rec.locks.len(), 3);
     }
 
     #[test]
     fn file_round_trips() {
         let rec = sample_recording();
         let text = serde_json::to_string_pretty(&rec).unwrap();
-        assert!(text.contains("\"schema\": \"lockscope.report/1\""));
+        assert!(text.contains("\"schema\": \"lockscope.report/2\""));
         assert!(text.contains("\"wait_total_ns\""));
         assert!(text.contains("\"type\": \"rwsem:W\""));
         let back = Recording::from_json(&text).unwrap();
@@ -434,15 +451,15 @@ pub(crate) mod tests {
         assert!(e.contains("invalid JSON"), "{e}");
         let e = Recording::from_json("{}").unwrap_err().to_string();
         assert!(e.contains("no \"schema\""), "{e}");
-        let e = Recording::from_json(r#"{"schema":"lockscope.report/2"}"#)
+        let e = Recording::from_json(r#"{"schema":"lockscope.report/3"}"#)
             .unwrap_err()
             .to_string();
-        assert!(e.contains("version 2"), "{e}");
+        assert!(e.contains("version 3"), "{e}");
         let e = Recording::from_json(r#"{"schema":"other/1"}"#)
             .unwrap_err()
             .to_string();
         assert!(e.contains("schema `other/1`"), "{e}");
-        let e = Recording::from_json(r#"{"schema":"lockscope.report/1","locks":3}"#)
+        let e = Recording::from_json(r#"{"schema":"lockscope.report/2","locks":3}"#)
             .unwrap_err()
             .to_string();
         assert!(e.contains("malformed"), "{e}");

@@ -12,6 +12,7 @@ use anyhow::{Context as _, bail};
 use lockscope_common::{CNT_BEGIN, CNT_END, COUNTER_NAMES};
 
 use crate::{
+    aggregate::timeline::TimelineBuilder,
     cli::RecordArgs,
     decode::LockType,
     probe::{LoadOptions, Target, features},
@@ -38,10 +39,20 @@ pub fn run(args: RecordArgs) -> anyhow::Result<ExitCode> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    let (stop, mut child) = rt.block_on(wait_for_stop(&args, &session, start, deadline))?;
+    let mut timeline = TimelineBuilder::new(args.interval);
+    let (stop, mut child) = rt.block_on(wait_for_stop(
+        &args,
+        &session,
+        start,
+        deadline,
+        &mut timeline,
+    ))?;
     session.stop();
     clear_status();
     let mut rec = session.snapshot()?;
+    // A last sample after detaching: the timeline's deltas add up to the totals.
+    timeline.sample(rec.duration_s, &session.lock_totals()?);
+    rec.timeline = Some(timeline.finish());
 
     // Tracing has stopped; a command still running (-d elapsed) runs to its end.
     let status = match (stop, child.as_mut()) {
@@ -54,6 +65,11 @@ pub fn run(args: RecordArgs) -> anyhow::Result<ExitCode> {
     if let Some(path) = &args.output {
         let text = serde_json::to_string_pretty(&rec)? + "\n";
         std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))?;
+    }
+    if let Some(path) = &args.html {
+        std::fs::write(path, crate::sink::html::render_html(&rec)?)
+            .with_context(|| format!("writing {}", path.display()))?;
+        eprintln!("lockscope: HTML report written to {}", path.display());
     }
     print!("{}", render(&rec, &args.view.report_options())?);
     if let Some(path) = &args.output {
@@ -73,12 +89,18 @@ fn validate(args: &RecordArgs) -> anyhow::Result<Target> {
     {
         bail!("duration must be a positive number of seconds, got {d}");
     }
+    if !(args.interval >= 0.01 && args.interval.is_finite()) {
+        bail!(
+            "interval must be at least 0.01 seconds, got {}",
+            args.interval
+        );
+    }
     for &pid in &args.pids {
         if pid == 0 || !Path::new(&format!("/proc/{pid}")).exists() {
             bail!("no process with pid {pid}");
         }
     }
-    if let Some(out) = &args.output {
+    for out in args.output.iter().chain(args.html.iter()) {
         let dir = out.parent().filter(|p| !p.as_os_str().is_empty());
         if let Some(dir) = dir
             && !dir.is_dir()
@@ -157,6 +179,7 @@ async fn wait_for_stop(
     session: &Session,
     start: Instant,
     deadline: Option<Instant>,
+    timeline: &mut TimelineBuilder,
 ) -> anyhow::Result<(Stop, Option<tokio::process::Child>)> {
     let mut child = match args.command.split_first() {
         Some((cmd, rest)) => Some(
@@ -169,7 +192,8 @@ async fn wait_for_stop(
         None => None,
     };
     let live = std::io::stderr().is_terminal();
-    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    let period = Duration::from_secs_f64(args.interval);
+    let mut tick = tokio::time::interval_at((start + period).into(), period);
     let sleep = async {
         match deadline {
             Some(d) => tokio::time::sleep_until(d.into()).await,
@@ -188,6 +212,7 @@ async fn wait_for_stop(
             _ = tokio::signal::ctrl_c() => break Stop::Interrupted,
             _ = &mut sleep => break Stop::Duration,
             _ = tick.tick() => {
+                timeline.sample(session.elapsed_s(), &session.lock_totals()?);
                 if live {
                     show_status(session, start);
                 }

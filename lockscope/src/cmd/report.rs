@@ -10,6 +10,11 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitCode> {
     let text = std::fs::read_to_string(&args.file)
         .with_context(|| format!("cannot read {}", args.file.display()))?;
     let rec = Recording::from_json(&text).with_context(|| format!("{}", args.file.display()))?;
-    print!("{}", render(&rec, &args.view.report_options())?);
+    let text = render(&rec, &args.view.report_options())?;
+    match &args.output {
+        Some(path) => std::fs::write(path, text)
+            .with_context(|| format!("cannot write {}", path.display()))?,
+        None => print!("{text}"),
+    }
     Ok(ExitCode::SUCCESS)
 }

@@ -1,3 +1,4 @@
-//! Sinks of the pipeline: the report renderings (table, JSON, CSV).
+//! Sinks of the pipeline: the report renderings (table, JSON, CSV, HTML).
 
+pub mod html;
 pub mod report;

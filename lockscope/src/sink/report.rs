@@ -18,6 +18,8 @@ pub enum Format {
     Json,
     /// One line per row, header first.
     Csv,
+    /// One self-contained page: histograms, timeline, flame graphs (use with -o).
+    Html,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -41,8 +43,10 @@ impl Default for ReportOptions {
 }
 
 pub fn render(rec: &Recording, opts: &ReportOptions) -> anyhow::Result<String> {
-    if opts.format == Format::Json {
-        return Ok(serde_json::to_string_pretty(rec)? + "\n");
+    match opts.format {
+        Format::Json => return Ok(serde_json::to_string_pretty(rec)? + "\n"),
+        Format::Html => return super::html::render_html(rec),
+        _ => {}
     }
     let mut r = rows(rec, opts.by);
     sort_rows(&mut r, opts.sort);

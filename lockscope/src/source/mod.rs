@@ -9,9 +9,11 @@ use lockscope_common::{
     COUNTERS_LEN, ContentionKey, ContentionStats, LockInfo, StackFrames, WaitStart,
 };
 
+use std::collections::BTreeMap;
+
 use crate::{
-    aggregate::RawSnapshot,
-    decode::{comm_to_string, merge_cpus},
+    aggregate::{RawSnapshot, timeline::LockTotals},
+    decode::{LockType, comm_to_string, merge_cpus},
 };
 
 /// Per-CPU event counters summed over CPUs (cheap: one small array).
@@ -23,6 +25,35 @@ pub fn read_counters(ebpf: &Ebpf) -> anyhow::Result<[u64; COUNTERS_LEN as usize]
         *slot = counters.get(&(i as u32), 0)?.iter().sum();
     }
     Ok(out)
+}
+
+/// Cumulative (contended, wait) per (lock, type), summed over stacks, tasks and CPUs.
+pub fn read_lock_totals(ebpf: &Ebpf) -> anyhow::Result<Vec<LockTotals>> {
+    let stats: PerCpuHashMap<&MapData, ContentionKey, ContentionStats> = PerCpuHashMap::try_from(
+        ebpf.map("CONTENTION_STATS")
+            .context("CONTENTION_STATS map")?,
+    )?;
+    let mut sums: BTreeMap<(u64, LockType), (u64, u64)> = BTreeMap::new();
+    for entry in stats.iter() {
+        let (key, values) = entry.context("reading CONTENTION_STATS")?;
+        let Ok(t) = LockType::from_flags(key.flags) else {
+            continue;
+        };
+        let s = sums.entry((key.lock, t)).or_default();
+        for v in values.iter() {
+            s.0 += v.count;
+            s.1 += v.total_ns;
+        }
+    }
+    Ok(sums
+        .into_iter()
+        .map(|((addr, lock_type), (contended, wait_ns))| LockTotals {
+            addr,
+            lock_type,
+            contended,
+            wait_ns,
+        })
+        .collect())
 }
 
 /// Everything the probes aggregated so far.

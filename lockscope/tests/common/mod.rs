@@ -72,8 +72,8 @@ pub fn mmap_lock_entries(rec: &Value, pid: Option<u64>) -> Vec<&Value> {
         .collect()
 }
 
-/// Names of the BPF programs loaded right now (bpftool), to check nothing is left behind.
-pub fn loaded_programs() -> Vec<String> {
+/// (id, name) of the BPF programs loaded right now (bpftool).
+pub fn loaded_programs() -> Vec<(u64, String)> {
     let out = Command::new("bpftool")
         .args(["prog", "show", "--json"])
         .output()
@@ -82,8 +82,47 @@ pub fn loaded_programs() -> Vec<String> {
     v.as_array()
         .map(|a| {
             a.iter()
-                .filter_map(|p| p["name"].as_str().map(str::to_owned))
+                .filter_map(|p| Some((p["id"].as_u64()?, p["name"].as_str()?.to_owned())))
                 .collect()
         })
         .unwrap_or_default()
+}
+
+/// The probes' program names as the kernel shows them (truncated to 15 characters).
+const OUR_PROGRAMS: [&str; 3] = ["contention_begi", "contention_end", "sched_process_f"];
+
+/// Marks the programs that exist now; [`ProgramWatch::assert_none_left`] then fails if a
+/// lockscope program loaded after this point is still loaded.
+pub struct ProgramWatch(u64);
+
+impl ProgramWatch {
+    pub fn start() -> Self {
+        Self(loaded_programs().iter().map(|p| p.0).max().unwrap_or(0))
+    }
+
+    pub fn assert_none_left(&self) {
+        let others = Command::new("pgrep")
+            .args(["-x", "lockscope"])
+            .output()
+            .map(|o| !o.stdout.is_empty())
+            .unwrap_or(false);
+        if others {
+            eprintln!("note: another lockscope is running; leftover-program check skipped");
+            return;
+        }
+        // The kernel frees a program shortly after its last reference goes.
+        for _ in 0..40 {
+            let left: Vec<_> = loaded_programs()
+                .into_iter()
+                .filter(|(id, name)| {
+                    *id > self.0 && OUR_PROGRAMS.iter().any(|o| name.starts_with(o))
+                })
+                .collect();
+            if left.is_empty() {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        panic!("lockscope programs left loaded: {:?}", loaded_programs());
+    }
 }
