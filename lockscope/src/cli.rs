@@ -1,6 +1,6 @@
 //! Command line (clap derive). Help texts are the user's manual: keep them teaching.
 
-use std::path::PathBuf;
+use std::{path::PathBuf, time::Duration};
 
 use clap::{Args, Parser, Subcommand};
 
@@ -45,6 +45,18 @@ pub enum Command {
     ///
     /// Example: lockscope report run.json --format html -o report.html
     Report(ReportArgs),
+    /// Live view of lock contention, refreshed every interval (like top).
+    ///
+    /// Standalone it attaches the probes itself (root); with --connect it shows what a
+    /// running `lockscope serve` sees. Press ? inside for the keys.
+    ///
+    /// Examples:
+    ///   lockscope top                          the whole system, every second
+    ///   lockscope top --pid 1234 --interval 500ms
+    ///   lockscope top --types rwsem,mutex
+    ///   lockscope top --connect 127.0.0.1:9464 a running lockscope serve
+    #[command(verbatim_doc_comment)]
+    Top(TopArgs),
     /// Built-in contention generators, to try lockscope or benchmark with.
     #[command(subcommand)]
     Workload(Workload),
@@ -111,4 +123,72 @@ pub struct ReportArgs {
     pub output: Option<PathBuf>,
     #[command(flatten)]
     pub view: ViewArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct TopArgs {
+    /// Refresh interval: 1s, 500ms, 2.5s, 1m (plain numbers are seconds; 100ms to 1h).
+    #[arg(short = 'i', long, value_name = "DURATION", default_value = "1s", value_parser = parse_interval)]
+    pub interval: Duration,
+    /// Trace only this process (and processes it forks from now on). Repeatable.
+    #[arg(short = 'p', long = "pid", value_name = "PID", conflicts_with_all = ["cgroup", "connect"])]
+    pub pids: Vec<u32>,
+    /// Trace only tasks in this cgroup (v2 directory) and below.
+    #[arg(long, value_name = "PATH", conflicts_with = "connect")]
+    pub cgroup: Option<PathBuf>,
+    /// Trace only these lock types, comma-separated (as for `record --types`).
+    #[arg(
+        long,
+        value_name = "LIST",
+        value_delimiter = ',',
+        conflicts_with = "connect"
+    )]
+    pub types: Vec<String>,
+    /// Show a running `lockscope serve` at HOST:PORT instead of tracing here
+    /// (its /api/snapshot; what it traces is set where it runs).
+    #[arg(long, value_name = "HOST:PORT")]
+    pub connect: Option<String>,
+}
+
+/// `1s`, `500ms`, `2.5s`, `1m`, or plain seconds.
+pub fn parse_interval(s: &str) -> Result<Duration, String> {
+    let t = s.trim();
+    let (num, unit) = match t.find(|c: char| c.is_ascii_alphabetic()) {
+        Some(i) => t.split_at(i),
+        None => (t, "s"),
+    };
+    let v: f64 = num
+        .trim()
+        .parse()
+        .map_err(|_| format!("`{s}` is not a duration (try 1s, 500ms, 2.5s, 1m)"))?;
+    let secs = match unit {
+        "ms" => v / 1e3,
+        "s" => v,
+        "m" => v * 60.0,
+        _ => return Err(format!("`{s}`: unknown unit `{unit}` (use ms, s or m)")),
+    };
+    if !(0.1..=3600.0).contains(&secs) {
+        return Err(format!("interval `{s}` out of range: 100ms to 1h"));
+    }
+    Ok(Duration::from_secs_f64(secs))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn intervals_parse() {
+        assert_eq!(parse_interval("1s"), Ok(Duration::from_secs(1)));
+        assert_eq!(parse_interval("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_interval("2.5"), Ok(Duration::from_millis(2500)));
+        assert_eq!(parse_interval("1m"), Ok(Duration::from_secs(60)));
+        assert!(parse_interval("10ms").unwrap_err().contains("out of range"));
+        assert!(parse_interval("1h").unwrap_err().contains("unknown unit"));
+        assert!(
+            parse_interval("fast")
+                .unwrap_err()
+                .contains("not a duration")
+        );
+    }
 }

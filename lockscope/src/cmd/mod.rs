@@ -10,12 +10,14 @@ use crate::{
 pub mod doctor;
 pub mod record;
 pub mod report;
+pub mod top;
 
 pub fn run(command: Command) -> anyhow::Result<ExitCode> {
     match command {
         Command::Doctor => doctor::run(),
         Command::Record(args) => record::run(args),
         Command::Report(args) => report::run(args),
+        Command::Top(args) => top::run(args),
         Command::Workload(w) => crate::workload::run(&w).map(|()| ExitCode::SUCCESS),
     }
 }

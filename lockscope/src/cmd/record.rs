@@ -149,7 +149,7 @@ fn resolve_command(cmd: &str) -> anyhow::Result<PathBuf> {
         .ok_or_else(|| anyhow::anyhow!("cannot run `{cmd}`: command not found in PATH"))
 }
 
-fn parse_types(list: &[String]) -> anyhow::Result<Option<Vec<LockType>>> {
+pub(crate) fn parse_types(list: &[String]) -> anyhow::Result<Option<Vec<LockType>>> {
     if list.is_empty() {
         return Ok(None);
     }

@@ -1,4 +1,7 @@
-//! Reading the in-kernel aggregation maps into a [`RawSnapshot`].
+//! Reading the in-kernel aggregation maps into a [`RawSnapshot`]; [`remote`]: recordings
+//! from a running `lockscope serve`.
+
+pub mod remote;
 
 use anyhow::Context as _;
 use aya::{

@@ -1,0 +1,94 @@
+//! `lockscope top`: the live view, fed by a local session or a running `lockscope serve`.
+
+use std::{io::IsTerminal as _, path::Path, time::Duration};
+
+use anyhow::bail;
+
+use crate::{
+    aggregate::Recording,
+    cli::TopArgs,
+    cmd::record::parse_types,
+    probe::{LoadOptions, Target, features},
+    session::Session,
+    sink::tui::{self, Feed},
+    source::remote::RemoteSnapshots,
+};
+
+pub fn run(args: TopArgs) -> anyhow::Result<std::process::ExitCode> {
+    match &args.connect {
+        Some(addr) => {
+            // A snapshot must arrive well within one refresh.
+            let timeout = args.interval.max(Duration::from_secs(2));
+            let remote = RemoteSnapshots::new(addr, timeout)?;
+            require_terminal()?;
+            tui::run(&mut RemoteFeed(remote), args.interval)?;
+        }
+        None => {
+            let types = parse_types(&args.types)?;
+            let (target, desc) = validate(&args)?;
+            require_terminal()?;
+            let session = Session::start(&LoadOptions { target, types }, desc)?;
+            let mut feed = SessionFeed(session);
+            tui::run(&mut feed, args.interval)?;
+            feed.0.stop();
+        }
+    }
+    Ok(std::process::ExitCode::SUCCESS)
+}
+
+fn require_terminal() -> anyhow::Result<()> {
+    if !std::io::stdout().is_terminal() {
+        bail!("top needs a terminal (for a report, use `lockscope record`)");
+    }
+    Ok(())
+}
+
+/// Check the request before touching the kernel: every bad input is a clear error.
+fn validate(args: &TopArgs) -> anyhow::Result<(Target, String)> {
+    features::require_privileges()?;
+    for &pid in &args.pids {
+        if pid == 0 || !Path::new(&format!("/proc/{pid}")).exists() {
+            bail!("no process with pid {pid}");
+        }
+    }
+    features::ensure_tracefs()?;
+    Ok(if !args.pids.is_empty() {
+        let list: Vec<String> = args.pids.iter().map(u32::to_string).collect();
+        (
+            Target::Pids(args.pids.clone()),
+            format!("pid {}", list.join(",")),
+        )
+    } else if let Some(cg) = &args.cgroup {
+        features::cgroup_id_and_level(cg)?;
+        (
+            Target::Cgroup(cg.clone()),
+            format!("cgroup {}", cg.display()),
+        )
+    } else {
+        (Target::System, "system".to_owned())
+    })
+}
+
+/// Standalone: this process's own tracing session.
+struct SessionFeed(Session);
+
+impl Feed for SessionFeed {
+    fn next(&mut self) -> anyhow::Result<Recording> {
+        self.0.snapshot()
+    }
+    fn describe(&self) -> String {
+        "standalone".to_owned()
+    }
+}
+
+/// A running `lockscope serve`.
+struct RemoteFeed(RemoteSnapshots);
+
+impl Feed for RemoteFeed {
+    fn next(&mut self) -> anyhow::Result<Recording> {
+        self.0.fetch()
+    }
+    fn describe(&self) -> String {
+        format!("connected to {}", self.0.addr())
+    }
+}

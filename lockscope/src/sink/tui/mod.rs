@@ -1,0 +1,75 @@
+//! `lockscope top`: the live view (ratatui).
+//!
+//! - `event`: the input thread (keys, resizes).
+//! - `app`: state and key handling; one [`app::Mode`] drives keys and drawing.
+//! - `ui`: draws a frame from the state (pure; tested with ratatui's `TestBackend`).
+//! - `terminal`: setup and restore, also on error and panic.
+//!
+//! Figures (rates, deltas, percentiles) come from `aggregate::rates`, pure functions over
+//! two recordings; this module only schedules refreshes.
+
+pub mod app;
+pub mod event;
+pub mod terminal;
+pub mod ui;
+
+use std::time::{Duration, Instant};
+
+use crate::aggregate::Recording;
+use app::{Action, App, SourceInfo};
+use event::{Event, Events};
+
+/// Where the live view's recordings come from: a local tracing session, or a running
+/// `lockscope serve`. Each call returns everything since that source started.
+pub trait Feed {
+    fn next(&mut self) -> anyhow::Result<Recording>;
+    /// For the header: `standalone`, `connected to ADDR`.
+    fn describe(&self) -> String;
+}
+
+/// Run the live view until the user quits. The first recording is fetched before the
+/// terminal is taken over, so a source that does not work fails with a plain error.
+pub fn run(feed: &mut dyn Feed, interval: Duration) -> anyhow::Result<()> {
+    let first = feed.next()?;
+    let mut app = App::new(SourceInfo {
+        description: feed.describe(),
+        interval,
+    });
+    app.update(first);
+
+    let mut tui = terminal::enter()?;
+    let events = Events::start();
+    let mut next_refresh = Instant::now() + interval;
+    loop {
+        tui.terminal.draw(|f| ui::draw(f, &app))?;
+        match events.next_until(next_refresh) {
+            Some(Event::Key(k)) => {
+                if app.handle_key(k) == Action::Quit {
+                    break;
+                }
+            }
+            Some(Event::Resize) => tui.terminal.autoresize()?,
+            Some(Event::Failed(e)) => anyhow::bail!("reading the terminal failed: {e}"),
+            None => {
+                if !app.paused {
+                    match feed.next() {
+                        Ok(rec) => app.update(rec),
+                        Err(e) => app.set_error(&e),
+                    }
+                }
+                next_refresh += interval;
+                let now = Instant::now();
+                if next_refresh < now {
+                    // A slow refresh: skip the missed ticks instead of bursting.
+                    next_refresh = now + interval;
+                }
+            }
+        }
+    }
+    drop(events);
+    drop(tui);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,76 @@
+//! Terminal setup and restore: raw mode and the alternate screen on the way in; on the
+//! way out (normal exit, error, or panic) the terminal is given back as it was.
+
+use std::{
+    io::{self, Stdout},
+    sync::{
+        Once,
+        atomic::{AtomicBool, Ordering},
+    },
+};
+
+use ratatui::{
+    Terminal,
+    backend::CrosstermBackend,
+    crossterm::{
+        cursor, execute,
+        terminal::{EnterAlternateScreen, LeaveAlternateScreen, disable_raw_mode, enable_raw_mode},
+    },
+};
+
+/// Whether the terminal is ours right now (raw mode, alternate screen).
+static ACTIVE: AtomicBool = AtomicBool::new(false);
+
+/// The live terminal. Dropping it restores the terminal.
+pub struct Tui {
+    pub terminal: Terminal<CrosstermBackend<Stdout>>,
+}
+
+/// Take over the terminal. A panic from here on restores it before the panic message is
+/// printed, so the message stays readable.
+pub fn enter() -> anyhow::Result<Tui> {
+    install_panic_hook();
+    enable_raw_mode().map_err(|e| anyhow::anyhow!("cannot use this terminal: {e}"))?;
+    ACTIVE.store(true, Ordering::SeqCst);
+    // From here on, any failure must give the terminal back.
+    let setup = || -> io::Result<Terminal<CrosstermBackend<Stdout>>> {
+        execute!(io::stdout(), EnterAlternateScreen, cursor::Hide)?;
+        let mut t = Terminal::new(CrosstermBackend::new(io::stdout()))?;
+        t.clear()?;
+        Ok(t)
+    };
+    match setup() {
+        Ok(terminal) => Ok(Tui { terminal }),
+        Err(e) => {
+            restore();
+            Err(anyhow::anyhow!("cannot use this terminal: {e}"))
+        }
+    }
+}
+
+/// Leave the alternate screen, show the cursor, leave raw mode. Does nothing when the
+/// terminal is not ours (already restored).
+pub fn restore() {
+    if !ACTIVE.swap(false, Ordering::SeqCst) {
+        return;
+    }
+    let _ = execute!(io::stdout(), LeaveAlternateScreen, cursor::Show);
+    let _ = disable_raw_mode();
+}
+
+fn install_panic_hook() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            restore();
+            previous(info);
+        }));
+    });
+}
+
+impl Drop for Tui {
+    fn drop(&mut self) {
+        restore();
+    }
+}

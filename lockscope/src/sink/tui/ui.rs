@@ -1,0 +1,605 @@
+//! Drawing: one frame from the [`App`] state. No state changes and no I/O here, so every
+//! screen is testable with ratatui's `TestBackend`.
+
+use lockscope_common::bucket_lower_ns;
+use ratatui::{
+    Frame,
+    layout::{Constraint, Layout, Rect},
+    style::{Color, Modifier, Style, Stylize as _},
+    symbols::Marker,
+    text::{Line, Span},
+    widgets::{
+        Axis, Block, Cell, Chart, Clear, Dataset, GraphType, Paragraph, Row, Table, TableState,
+        Wrap,
+    },
+};
+
+use super::app::{App, HistScope, LockColumn, Mode, TaskColumn};
+use crate::aggregate::{
+    WaitStats,
+    rates::{LockRate, TaskRate},
+};
+
+const HEADER_STYLE: Style = Style::new().add_modifier(Modifier::BOLD);
+const SELECTED: Style = Style::new().add_modifier(Modifier::REVERSED);
+const ALERT: Style = Style::new()
+    .fg(Color::Red)
+    .add_modifier(Modifier::BOLD)
+    .add_modifier(Modifier::REVERSED);
+
+pub fn draw(frame: &mut Frame, app: &App) {
+    let [header, body, footer] = Layout::vertical([
+        Constraint::Length(2),
+        Constraint::Min(0),
+        Constraint::Length(1),
+    ])
+    .areas(frame.area());
+    draw_header(frame, app, header);
+    match app.mode.view() {
+        Mode::Tasks => draw_tasks(frame, app, body),
+        Mode::Detail(key) => match app.lock(key) {
+            Some(l) => draw_detail(frame, app, l, body),
+            None => frame.render_widget(
+                Paragraph::new("this lock is no longer in the recording (Esc: back)"),
+                body,
+            ),
+        },
+        _ => draw_locks(frame, app, body),
+    }
+    draw_footer(frame, app, footer);
+    if let Mode::Help(_) = app.mode {
+        draw_help(frame, app, frame.area());
+    }
+}
+
+fn draw_header(frame: &mut Frame, app: &App, area: Rect) {
+    let mut first = vec![Span::styled("lockscope top", HEADER_STYLE)];
+    let mut second = Vec::new();
+    if let Some(rec) = &app.current {
+        first.extend([
+            Span::raw(format!("  kernel {}", rec.kernel)),
+            Span::raw(format!("  tier {}", rec.tier)),
+            Span::raw(format!("  target {}", rec.target)),
+        ]);
+    }
+    first.push(Span::raw(format!(
+        "  interval {}  {}",
+        fmt_interval(app.source.interval.as_secs_f64()),
+        app.source.description
+    )));
+    if let Some(r) = &app.rates {
+        second.push(Span::raw(format!("events {}/s", fmt_rate(r.events_per_s))));
+        let lost = if r.lost_interval > 0 {
+            format!("lost {} (+{})", r.lost_total, r.lost_interval)
+        } else {
+            format!("lost {}", r.lost_total)
+        };
+        second.push(Span::raw("  "));
+        second.push(if r.lost_total > 0 {
+            Span::styled(lost, ALERT)
+        } else {
+            Span::raw(lost)
+        });
+        second.push(Span::raw(format!(
+            "  locks {}/{}  tasks {}/{}",
+            app.lock_rows.len(),
+            r.locks.len(),
+            app.task_rows.len(),
+            r.tasks.len()
+        )));
+        if r.since_start {
+            second.push(Span::raw("  (rates since start)"));
+        }
+    } else {
+        second.push(Span::raw("waiting for the first snapshot..."));
+    }
+    if !app.filter.is_empty() {
+        second.push(Span::raw("  filter: "));
+        second.push(Span::styled(app.filter.clone(), HEADER_STYLE));
+    }
+    if app.paused {
+        second.push(Span::raw("  "));
+        second.push(Span::styled("PAUSED", ALERT));
+    }
+    frame.render_widget(
+        Paragraph::new(vec![Line::from(first), Line::from(second)]),
+        area,
+    );
+}
+
+fn draw_footer(frame: &mut Frame, app: &App, area: Rect) {
+    let line = if let Mode::Filter(_) = app.mode {
+        Line::from(vec![
+            Span::styled(format!("/{}", app.filter), HEADER_STYLE),
+            Span::raw("_  type, name or process; Enter keep, Esc clear"),
+        ])
+    } else if let Some(e) = &app.error {
+        Line::from(Span::styled(format!("error: {e}"), ALERT))
+    } else {
+        let keys = match app.mode.view() {
+            Mode::Detail(_) => {
+                "Esc back  Up/Down other lock  h histogram scope  p pause  ? help  q quit"
+            }
+            Mode::Tasks => {
+                "Tab locks  Enter its locks  1-7 sort  r reverse  / filter  p pause  ? help  q quit"
+            }
+            _ => "Enter detail  Tab tasks  1-9 sort  r reverse  / filter  p pause  ? help  q quit",
+        };
+        Line::from(Span::raw(keys).dim())
+    };
+    frame.render_widget(Paragraph::new(line), area);
+}
+
+/// Width of each lock column; `Name` takes what is left (at least its value here).
+fn lock_width(c: LockColumn) -> u16 {
+    match c {
+        LockColumn::Type => 11,
+        LockColumn::Name => 12,
+        LockColumn::Contentions | LockColumn::Wait => 8,
+        LockColumn::Avg | LockColumn::P99 | LockColumn::Max => 9,
+        LockColumn::Waiters => 7,
+        LockColumn::Modes => 24,
+    }
+}
+
+/// Columns dropped first when the terminal is too narrow; the rest always stay.
+const LOCK_DROP_ORDER: [LockColumn; 6] = [
+    LockColumn::Modes,
+    LockColumn::Max,
+    LockColumn::Waiters,
+    LockColumn::Avg,
+    LockColumn::Type,
+    LockColumn::P99,
+];
+
+/// The lock columns that fit in `width`, in screen order.
+pub fn fit_lock_columns(width: u16) -> Vec<LockColumn> {
+    let mut cols = LockColumn::ALL.to_vec();
+    let need = |cols: &[LockColumn]| -> u32 {
+        cols.iter().map(|&c| u32::from(lock_width(c))).sum::<u32>() + cols.len() as u32 - 1
+    };
+    for drop in LOCK_DROP_ORDER {
+        if need(&cols) <= u32::from(width) {
+            break;
+        }
+        cols.retain(|&c| c != drop);
+    }
+    cols
+}
+
+fn sort_title(title: &str, sorted: bool, reverse: bool) -> String {
+    match (sorted, reverse) {
+        (false, _) => title.to_owned(),
+        (true, false) => format!("{title}▼"),
+        (true, true) => format!("{title}▲"),
+    }
+}
+
+fn draw_locks(frame: &mut Frame, app: &App, area: Rect) {
+    let cols = fit_lock_columns(area.width);
+    let header = Row::new(cols.iter().map(|&c| {
+        let t = sort_title(c.title(), c == app.lock_sort, app.reverse);
+        if matches!(c, LockColumn::Type | LockColumn::Name | LockColumn::Modes) {
+            Cell::from(t)
+        } else {
+            Cell::from(Line::from(t).right_aligned())
+        }
+    }))
+    .style(HEADER_STYLE);
+    let rows: Vec<Row> = app
+        .visible_locks()
+        .into_iter()
+        .map(|l| Row::new(cols.iter().map(|&c| lock_cell(l, c))))
+        .collect();
+    let empty = rows.is_empty();
+    let widths = cols.iter().map(|&c| match c {
+        LockColumn::Name => Constraint::Min(lock_width(c)),
+        c => Constraint::Length(lock_width(c)),
+    });
+    let table = Table::new(rows, widths)
+        .header(header)
+        .row_highlight_style(SELECTED);
+    let mut state = TableState::default().with_selected(app.selected_lock_row());
+    frame.render_stateful_widget(table, area, &mut state);
+    if empty {
+        draw_empty(frame, app, area, "no contended locks");
+    }
+}
+
+fn draw_empty(frame: &mut Frame, app: &App, area: Rect, what: &str) {
+    let msg = if app.filter.is_empty() {
+        format!("{what} yet")
+    } else {
+        format!("{what} match the filter `{}`", app.filter)
+    };
+    let area = Rect {
+        y: area.y.saturating_add(1),
+        height: area.height.saturating_sub(1),
+        ..area
+    };
+    frame.render_widget(Paragraph::new(msg).dim(), area);
+}
+
+fn lock_cell(l: &LockRate, c: LockColumn) -> Cell<'static> {
+    let idle = l.interval.count == 0;
+    let right = |s: String| Cell::from(Line::from(s).right_aligned());
+    match c {
+        LockColumn::Type => Cell::from(l.key.lock_type.name()),
+        LockColumn::Name => Cell::from(l.name.clone()),
+        LockColumn::Contentions => right(fmt_rate(l.contentions_per_s)),
+        LockColumn::Wait => right(fmt_dur(l.wait_ns_per_s)),
+        LockColumn::Avg if idle => right("-".into()),
+        LockColumn::P99 if idle => right("-".into()),
+        LockColumn::Avg => right(fmt_dur(l.avg_ns() as f64)),
+        LockColumn::P99 => right(fmt_dur(l.p99_ns() as f64)),
+        LockColumn::Max => right(fmt_dur(l.max_ns() as f64)),
+        LockColumn::Waiters => right(l.waiters.to_string()),
+        LockColumn::Modes => Cell::from(match l.modes {
+            Some(m) => format!("{}/{}/{}/{}", m.steals, m.spins, m.handoffs, m.sleeps),
+            None => "n/a".to_owned(),
+        }),
+    }
+}
+
+fn task_width(c: TaskColumn) -> u16 {
+    match c {
+        TaskColumn::Pid => 8,
+        TaskColumn::Comm => 16,
+        TaskColumn::Contentions | TaskColumn::Wait | TaskColumn::Avg => 9,
+        TaskColumn::Locks => 5,
+        TaskColumn::TopLock => 12,
+    }
+}
+
+fn fit_task_columns(width: u16) -> Vec<TaskColumn> {
+    let mut cols = TaskColumn::ALL.to_vec();
+    let need = |cols: &[TaskColumn]| -> u32 {
+        cols.iter().map(|&c| u32::from(task_width(c))).sum::<u32>() + cols.len() as u32 - 1
+    };
+    for drop in [
+        TaskColumn::TopLock,
+        TaskColumn::Locks,
+        TaskColumn::Avg,
+        TaskColumn::Pid,
+    ] {
+        if need(&cols) <= u32::from(width) {
+            break;
+        }
+        cols.retain(|&c| c != drop);
+    }
+    cols
+}
+
+fn draw_tasks(frame: &mut Frame, app: &App, area: Rect) {
+    let cols = fit_task_columns(area.width);
+    let header = Row::new(
+        cols.iter()
+            .map(|&c| sort_title(c.title(), c == app.task_sort, app.reverse)),
+    )
+    .style(HEADER_STYLE);
+    let rows: Vec<Row> = app
+        .visible_tasks()
+        .into_iter()
+        .map(|t| Row::new(cols.iter().map(|&c| task_cell(t, c))))
+        .collect();
+    let empty = rows.is_empty();
+    let widths = cols.iter().map(|&c| match c {
+        TaskColumn::TopLock => Constraint::Min(task_width(c)),
+        c => Constraint::Length(task_width(c)),
+    });
+    let table = Table::new(rows, widths)
+        .header(header)
+        .row_highlight_style(SELECTED);
+    let mut state = TableState::default().with_selected(app.selected_task_row());
+    frame.render_stateful_widget(table, area, &mut state);
+    if empty {
+        draw_empty(frame, app, area, "no waiting processes");
+    }
+}
+
+fn task_cell(t: &TaskRate, c: TaskColumn) -> Cell<'static> {
+    match c {
+        TaskColumn::Pid => Cell::from(t.pid.to_string()),
+        TaskColumn::Comm => Cell::from(t.comm.clone()),
+        TaskColumn::Contentions => Cell::from(fmt_rate(t.contentions_per_s)),
+        TaskColumn::Wait => Cell::from(fmt_dur(t.wait_ns_per_s)),
+        TaskColumn::Avg if t.interval.count == 0 => Cell::from("-"),
+        TaskColumn::Avg => Cell::from(fmt_dur(t.interval.avg_ns() as f64)),
+        TaskColumn::Locks => Cell::from(t.locks.to_string()),
+        TaskColumn::TopLock => Cell::from(t.top_lock.clone()),
+    }
+}
+
+fn draw_detail(frame: &mut Frame, app: &App, l: &LockRate, area: Rect) {
+    let [summary, graphs, lists] = Layout::vertical([
+        Constraint::Length(5),
+        Constraint::Fill(3),
+        Constraint::Fill(2),
+    ])
+    .areas(area);
+
+    let t = &l.total;
+    let modes = match l.modes {
+        Some(m) => format!(
+            "steals {}  spins {}  handoffs {}  sleeps {}",
+            m.steals, m.spins, m.handoffs, m.sleeps
+        ),
+        None => "n/a (the tracepoint tier cannot see rwsem acquisition modes)".to_owned(),
+    };
+    let owner = l
+        .owner_comm
+        .as_ref()
+        .map(|c| format!("  owner {c}"))
+        .unwrap_or_default();
+    let text = vec![
+        Line::from(format!(
+            "{} at {}{}  waiters now {}",
+            l.key.lock_type, l.key.addr, owner, l.waiters
+        )),
+        Line::from(format!(
+            "now:   {} cont/s  wait {}/s  avg {}  p99~ {}",
+            fmt_rate(l.contentions_per_s),
+            fmt_dur(l.wait_ns_per_s),
+            fmt_dur(l.avg_ns() as f64),
+            fmt_dur(l.p99_ns() as f64),
+        )),
+        Line::from(format!(
+            "total: {} waits ({} failed)  wait {}  avg {}  min {}  max {}  p50~ {}  p99~ {}",
+            t.count,
+            t.failed,
+            fmt_dur(t.total_ns as f64),
+            fmt_dur(t.avg_ns() as f64),
+            fmt_dur(t.min_ns as f64),
+            fmt_dur(t.max_ns as f64),
+            fmt_dur(t.percentile_ns(50.0) as f64),
+            fmt_dur(t.percentile_ns(99.0) as f64),
+        )),
+        Line::from(format!("acquire modes: {modes}")),
+    ];
+    frame.render_widget(
+        Paragraph::new(text)
+            .wrap(Wrap { trim: false })
+            .block(Block::default().title(Line::from(l.name.clone()).bold())),
+        summary,
+    );
+
+    let [hist_area, chart_area] =
+        Layout::horizontal([Constraint::Fill(1), Constraint::Fill(1)]).areas(graphs);
+    let (stats, scope) = match app.hist_scope {
+        HistScope::SinceStart => (&l.total, "since start"),
+        HistScope::Interval => (&l.interval, "last interval"),
+    };
+    let block = Block::bordered().title(format!("wait histogram, {scope} (h)"));
+    let inner = block.inner(hist_area);
+    frame.render_widget(block, hist_area);
+    frame.render_widget(Paragraph::new(histogram_lines(stats, inner.width)), inner);
+
+    draw_wait_chart(frame, app, l, chart_area);
+
+    let [callers_area, tasks_area] =
+        Layout::horizontal([Constraint::Fill(3), Constraint::Fill(2)]).areas(lists);
+    let callers: Vec<Row> = l
+        .callers
+        .iter()
+        .map(|c| {
+            Row::new([
+                Cell::from(c.caller.clone()),
+                Cell::from(fmt_rate(c.contentions_per_s)),
+                Cell::from(fmt_dur(c.wait_ns_per_s)),
+                Cell::from(c.total.count.to_string()),
+            ])
+        })
+        .collect();
+    frame.render_widget(
+        Table::new(
+            callers,
+            [
+                Constraint::Min(12),
+                Constraint::Length(8),
+                Constraint::Length(8),
+                Constraint::Length(9),
+            ],
+        )
+        .header(Row::new(["caller", "cont/s", "wait/s", "total"]).style(HEADER_STYLE))
+        .block(Block::bordered().title("top callers")),
+        callers_area,
+    );
+    let tasks: Vec<Row> = l
+        .tasks
+        .iter()
+        .map(|t| {
+            Row::new([
+                Cell::from(format!("{}[{}]", t.comm, t.pid)),
+                Cell::from(fmt_rate(t.contentions_per_s)),
+                Cell::from(fmt_dur(t.wait_ns_per_s)),
+            ])
+        })
+        .collect();
+    frame.render_widget(
+        Table::new(
+            tasks,
+            [
+                Constraint::Min(10),
+                Constraint::Length(8),
+                Constraint::Length(8),
+            ],
+        )
+        .header(Row::new(["process", "cont/s", "wait/s"]).style(HEADER_STYLE))
+        .block(Block::bordered().title("top waiting processes")),
+        tasks_area,
+    );
+}
+
+/// The log2 histogram as text bars, one line per bucket from the shortest to the longest
+/// non-empty one: `  4.1us |#####   123`.
+pub fn histogram_lines(stats: &WaitStats, width: u16) -> Vec<Line<'static>> {
+    let (Some(lo), Some(hi)) = (
+        stats.hist.iter().position(|&n| n != 0),
+        stats.hist.iter().rposition(|&n| n != 0),
+    ) else {
+        return vec![Line::from("no waits").dim()];
+    };
+    let peak = stats.hist[lo..=hi]
+        .iter()
+        .copied()
+        .max()
+        .unwrap_or(1)
+        .max(1);
+    let count_w = peak.to_string().len();
+    // label (7) + " │" (2) + bar + " " + count
+    let bar_w = usize::from(width).saturating_sub(7 + 2 + 1 + count_w);
+    (lo..=hi)
+        .map(|i| {
+            let n = stats.hist[i];
+            let len = if n == 0 {
+                0
+            } else {
+                ((n as f64 / peak as f64) * bar_w as f64).ceil() as usize
+            };
+            Line::from(vec![
+                Span::raw(format!("{:>7} │", fmt_dur(bucket_lower_ns(i) as f64))),
+                Span::styled("█".repeat(len), Style::new().fg(Color::Cyan)),
+                Span::raw(format!("{:>w$} {n}", "", w = bar_w.saturating_sub(len))),
+            ])
+        })
+        .collect()
+}
+
+fn draw_wait_chart(frame: &mut Frame, app: &App, l: &LockRate, area: Rect) {
+    let interval = app.source.interval.as_secs_f64();
+    let samples: Vec<u64> = app
+        .history
+        .get(&l.key)
+        .map(|h| h.iter().copied().collect())
+        .unwrap_or_default();
+    let n = samples.len();
+    // x: seconds before now; y: milliseconds of waiting per second.
+    let points: Vec<(f64, f64)> = samples
+        .iter()
+        .enumerate()
+        .map(|(i, &v)| (-((n - 1 - i) as f64) * interval, v as f64 / 1e6))
+        .collect();
+    let peak = samples.iter().copied().max().unwrap_or(0);
+    let span = (n.saturating_sub(1) as f64 * interval).max(interval);
+    let y_max = (peak as f64 / 1e6).max(0.001) * 1.1;
+    let title = format!(
+        "wait/s, last {} (peak {}/s)",
+        fmt_interval(span),
+        fmt_dur(peak as f64)
+    );
+    let chart = Chart::new(vec![
+        Dataset::default()
+            .marker(Marker::Braille)
+            .graph_type(GraphType::Line)
+            .style(Style::new().fg(Color::Yellow))
+            .data(&points),
+    ])
+    .block(Block::bordered().title(title))
+    .x_axis(
+        Axis::default()
+            .bounds([-span, 0.0])
+            .labels([format!("-{}", fmt_interval(span)), "now".to_owned()]),
+    )
+    .y_axis(
+        Axis::default()
+            .bounds([0.0, y_max])
+            .labels(["0".to_owned(), fmt_dur(y_max * 1e6)]),
+    );
+    frame.render_widget(chart, area);
+}
+
+fn draw_help(frame: &mut Frame, app: &App, area: Rect) {
+    let w = area.width.saturating_sub(4).min(84);
+    let h = area.height.saturating_sub(2).min(30);
+    let popup = Rect {
+        x: area.x + (area.width - w) / 2,
+        y: area.y + (area.height - h) / 2,
+        width: w,
+        height: h,
+    };
+    let mut lines = vec![
+        Line::from("keys").bold(),
+        Line::from("  q, Esc        quit (Esc: back from a detail view, clear a filter)"),
+        Line::from("  Up/Down j/k   select a row      PgUp/PgDn Home/End  jump"),
+        Line::from("  Enter         detail of the selected lock (histogram, chart, callers)"),
+        Line::from("  Tab, l, t     locks / waiting-process views"),
+        Line::from("  1-9           sort by that column (again: reverse)"),
+        Line::from("  < > s         previous / next sort column     r  reverse the order"),
+        Line::from("  /             filter by type, lock name or process name"),
+        Line::from("  p, space      pause (figures freeze; the next refresh covers the pause)"),
+        Line::from("  h             detail: histogram since start / of the last interval"),
+        Line::from("  ?             this help (any key closes it)"),
+        Line::from(""),
+        Line::from("columns").bold(),
+    ];
+    lines.extend(
+        LockColumn::ALL
+            .iter()
+            .enumerate()
+            .map(|(i, c)| Line::from(format!("  {} {:<9} {}", i + 1, c.title(), c.help()))),
+    );
+    lines.push(Line::from(""));
+    lines.push(Line::from(format!(
+        "Rates cover the last interval ({}); ~ marks log2-histogram estimates.",
+        fmt_interval(app.source.interval.as_secs_f64())
+    )));
+    frame.render_widget(Clear, popup);
+    frame.render_widget(
+        Paragraph::new(lines)
+            .wrap(Wrap { trim: false })
+            .block(Block::bordered().title("help")),
+        popup,
+    );
+}
+
+/// A per-second count, compact: `0`, `12.5`, `812`, `12.3k`, `4.56M`.
+pub fn fmt_rate(v: f64) -> String {
+    if !v.is_finite() || v <= 0.0 {
+        "0".to_owned()
+    } else if v < 10.0 {
+        format!("{v:.1}")
+    } else if v < 1e3 {
+        format!("{v:.0}")
+    } else if v < 1e6 {
+        format!("{:.1}k", v / 1e3)
+    } else {
+        format!("{:.2}M", v / 1e6)
+    }
+}
+
+/// A duration in nanoseconds, compact: `0`, `850ns`, `12.3us`, `4.56ms`, `1.20s`.
+pub fn fmt_dur(ns: f64) -> String {
+    if !ns.is_finite() || ns <= 0.0 {
+        "0".to_owned()
+    } else if ns < 999.5 {
+        format!("{ns:.0}ns")
+    } else if ns < 999_500.0 {
+        format!("{}us", three_digits(ns / 1e3))
+    } else if ns < 999_500_000.0 {
+        format!("{}ms", three_digits(ns / 1e6))
+    } else {
+        format!("{}s", three_digits(ns / 1e9))
+    }
+}
+
+/// Three significant digits: `4.56`, `12.3`, `812`.
+fn three_digits(v: f64) -> String {
+    if v < 9.995 {
+        format!("{v:.2}")
+    } else if v < 99.95 {
+        format!("{v:.1}")
+    } else {
+        format!("{v:.0}")
+    }
+}
+
+fn fmt_interval(secs: f64) -> String {
+    if secs >= 60.0 && (secs % 60.0).abs() < 1e-9 {
+        format!("{}m", secs / 60.0)
+    } else if secs >= 1.0 {
+        let s = format!("{secs:.1}");
+        format!("{}s", s.trim_end_matches(".0"))
+    } else {
+        format!("{:.0}ms", secs * 1e3)
+    }
+}

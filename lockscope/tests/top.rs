@@ -1,0 +1,430 @@
+//! `lockscope top` in a real terminal: tmux runs it, `send-keys` types, `capture-pane`
+//! reads the screen. Standalone against the real kernel while mmap-churn runs, and as a
+//! client of a (fake) `lockscope serve`.
+
+mod common;
+
+use std::{
+    io::{BufRead as _, BufReader, Write as _},
+    net::TcpListener,
+    process::{Child, Command, Stdio},
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+    thread,
+    time::{Duration, Instant},
+};
+
+use common::*;
+
+/// A tmux server of our own (own socket), with one session; killed on drop.
+struct Tmux {
+    socket: String,
+}
+
+impl Tmux {
+    fn start(name: &str, shell_cmd: &str) -> Self {
+        let t = Tmux {
+            socket: format!("lockscope-test-{name}-{}", std::process::id()),
+        };
+        let _ = t.cmd(&["kill-server"]).output();
+        let out = t
+            .cmd(&[
+                "new-session",
+                "-d",
+                "-x",
+                "160",
+                "-y",
+                "45",
+                "-s",
+                "top",
+                shell_cmd,
+            ])
+            .output()
+            .expect("tmux (installed by cargo xtask setup)");
+        assert!(out.status.success(), "tmux: {out:?}");
+        // Keep the pane after the command ends, to read what it left.
+        t.cmd(&["set-option", "-t", "top", "remain-on-exit", "on"])
+            .output()
+            .unwrap();
+        t
+    }
+
+    fn cmd(&self, args: &[&str]) -> Command {
+        let mut c = Command::new("tmux");
+        c.args(["-L", &self.socket, "-f", "/dev/null"]).args(args);
+        c
+    }
+
+    /// The screen, preceded by the pane's scrollback: when the pane dies, tmux's "Pane is
+    /// dead" line may scroll the first line of output off the screen.
+    fn screen(&self) -> String {
+        let out = self
+            .cmd(&["capture-pane", "-p", "-S", "-", "-t", "top"])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    fn display(&self, format: &str) -> String {
+        let out = self
+            .cmd(&["display-message", "-p", "-t", "top", format])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    }
+
+    fn send(&self, keys: &[&str]) {
+        let mut args = vec!["send-keys", "-t", "top"];
+        args.extend_from_slice(keys);
+        assert!(self.cmd(&args).status().unwrap().success());
+    }
+
+    /// Poll the screen until `ok` holds; fail with the last screen after `secs`.
+    fn wait_for(&self, what: &str, secs: u64, ok: impl Fn(&str) -> bool) -> String {
+        let deadline = Instant::now() + Duration::from_secs(secs);
+        loop {
+            let s = self.screen();
+            if ok(&s) {
+                return s;
+            }
+            if Instant::now() > deadline {
+                panic!("timed out waiting for {what}; screen:\n{s}");
+            }
+            thread::sleep(Duration::from_millis(200));
+        }
+    }
+}
+
+impl Drop for Tmux {
+    fn drop(&mut self) {
+        let _ = self.cmd(&["kill-server"]).output();
+    }
+}
+
+/// A child process killed (by its pid) when the test ends, even on failure.
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// After the command: its exit code, and whether the tty is back in cooked mode; then
+/// the pane stays alive (a dead pane reports no cursor) until the tmux server is killed.
+fn shell_cmd(top_args: &str) -> String {
+    format!(
+        "'{}' top {top_args}; echo \"top exited: $?\"; \
+         case \"$(stty -a)\" in *-icanon*) echo 'tty: raw';; *) echo 'tty: cooked';; esac; sleep 60",
+        bin()
+    )
+}
+
+/// Table rows: lines after the column titles, whitespace-split.
+fn rows(screen: &str) -> Vec<Vec<String>> {
+    screen
+        .lines()
+        .skip_while(|l| !l.contains("cont/s"))
+        .skip(1)
+        .take_while(|l| !l.trim().is_empty())
+        .map(|l| l.split_whitespace().map(str::to_owned).collect())
+        .collect()
+}
+
+/// `812`, `1.2k`, `4.56M` -> number.
+fn rate(cell: &str) -> f64 {
+    let (num, mult) = match cell.chars().last() {
+        Some('k') => (&cell[..cell.len() - 1], 1e3),
+        Some('M') => (&cell[..cell.len() - 1], 1e6),
+        _ => (cell, 1.0),
+    };
+    num.parse::<f64>()
+        .unwrap_or_else(|_| panic!("not a rate: {cell}"))
+        * mult
+}
+
+/// The cells after the lock name `mmap_lock of lockscope[pid]` (4 words).
+fn mmap_row<'a>(screen: &'a str, pid: u32, ty: &str) -> Option<Vec<&'a str>> {
+    let name_end = format!("lockscope[{pid}]");
+    screen.lines().find_map(|l| {
+        let w: Vec<&str> = l.split_whitespace().collect();
+        (w.len() > 6 && w[0] == ty && w[1] == "mmap_lock" && w[3] == name_end)
+            .then(|| w[4..].to_vec())
+    })
+}
+
+#[test]
+fn top_shows_mmap_churn_live_and_restores_the_terminal() {
+    let _serial = serial();
+    require_root();
+    let workload = Killed(
+        Command::new(bin())
+            .args(["workload", "mmap-churn", "--seconds", "60"])
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let pid = workload.0.id();
+    let tmux = Tmux::start("live", &shell_cmd(&format!("--interval 1s --pid {pid}")));
+
+    // The mmap_lock rows appear with non-zero rates once a full interval has passed.
+    let s = tmux.wait_for("mmap_lock rows with non-zero rates", 30, |s| {
+        ["rwsem:R", "rwsem:W"].iter().all(|ty| {
+            mmap_row(s, pid, ty).is_some_and(|c| !s.contains("since start") && c[0] != "0")
+        })
+    });
+    assert!(s.contains("tier tracepoint"), "{s}");
+    assert!(s.contains(&format!("target pid {pid}")), "{s}");
+    assert!(s.contains("interval 1s"), "{s}");
+    for ty in ["rwsem:R", "rwsem:W"] {
+        let c = mmap_row(&s, pid, ty).unwrap();
+        // cont/s, wait/s: thousands per second on these machines; >= 10/s is generous.
+        assert!(rate(c[0]) >= 10.0, "{ty} cont/s: {c:?}\n{s}");
+        assert_ne!(c[1], "0", "{ty} wait/s: {c:?}\n{s}");
+    }
+
+    // Sort by cont/s (column 3): the header marks it, rows are in descending order.
+    tmux.send(&["3"]);
+    let s = tmux.wait_for("sort marker", 10, |s| s.contains("cont/s▼"));
+    let r = rows(&s);
+    assert!(r.len() >= 2, "{s}");
+    // Cells: type, name (several words), cont/s, wait/s, avg,
+    // p99~, max, waiters, modes (n/a) -> cont/s is the 7th cell from the end.
+    let conts: Vec<f64> = r.iter().map(|w| rate(&w[w.len() - 7])).collect();
+    assert!(
+        conts.windows(2).all(|p| p[0] >= p[1]),
+        "not sorted by cont/s: {conts:?}\n{s}"
+    );
+    assert!(r.iter().all(|w| w.last().unwrap() == "n/a"), "{s}");
+
+    // Filter: rwsem rows only.
+    tmux.send(&["/", "rwsem", "Enter"]);
+    let s = tmux.wait_for("filter applied", 10, |s| s.contains("filter: rwsem"));
+    let r = rows(&s);
+    assert!(!r.is_empty(), "{s}");
+    assert!(r.iter().all(|w| w[0].starts_with("rwsem:")), "{s}");
+    assert!(!s.contains("spinlock"), "{s}");
+
+    // Enter: the detail view of the selected (first) row, a mmap_lock, with its histogram.
+    tmux.send(&["g", "Enter"]);
+    let s = tmux.wait_for("detail view", 10, |s| s.contains("wait histogram"));
+    assert!(s.contains(&format!("mmap_lock of lockscope[{pid}]")), "{s}");
+    let bars: Vec<&str> = s
+        .lines()
+        .filter(|l| l.contains(" │█") || l.contains("us │") || l.contains("ms │"))
+        .collect();
+    assert!(
+        bars.iter().any(|l| l.contains('█')),
+        "no histogram bars:\n{s}"
+    );
+    assert!(s.contains("top callers"), "{s}");
+    assert!(s.contains("acquire modes: n/a"), "{s}");
+    assert!(s.contains("wait/s, last"), "{s}");
+
+    // q: top exits 0, the alternate screen is left and the tty is cooked again.
+    tmux.send(&["q"]);
+    let s = tmux.wait_for("top to exit", 15, |s| s.contains("tty: "));
+    assert!(s.contains("top exited: 0"), "{s}");
+    assert!(s.contains("tty: cooked"), "{s}");
+    assert!(
+        !s.contains("wait histogram"),
+        "still on the alternate screen:\n{s}"
+    );
+    assert_eq!(tmux.display("#{alternate_on}"), "0");
+    assert_eq!(tmux.display("#{cursor_flag}"), "1", "cursor left hidden");
+    drop(workload);
+}
+
+/// Recording JSON as `lockscope serve` returns it: `n` seconds after its start, one lock
+/// that got 100 waits of 10 us every second.
+fn served_recording(n: u64) -> String {
+    let mut hist = vec![0u64; 14];
+    hist[13] = 100 * n; // 10 us lies in [8192, 16384) ns
+    serde_json::json!({
+        "schema": "lockscope.report/1",
+        "lockscope_version": "0.1.0",
+        "kernel": "6.18.0-served",
+        "tier": "tracepoint",
+        "target": "system",
+        "duration_s": n as f64,
+        "started_at_unix_s": 1000.0,
+        "events": {"begin": 100 * n, "end": 100 * n, "in_progress_at_end": 0,
+                   "unpaired_end": 0, "unpaired_begin": 0, "type_filtered": 0},
+        "lost": {"stats_map_full": 0},
+        "locks": [{
+            "addr": "0xffff888000001000", "type": "rwsem:W", "name": "mmap_lock of fake[1]",
+            "owner": {"field": "mmap_lock", "pid": 1, "comm": "fake"},
+            "contended": 100 * n, "failed": 0, "wait_total_ns": 1_000_000 * n,
+            "wait_min_ns": 10_000, "wait_max_ns": 10_000, "histogram": hist,
+            "callers": [{"caller": "vm_mmap_pgoff+0x30", "stack": ["vm_mmap_pgoff+0x30"],
+                         "contended": 100 * n, "failed": 0, "wait_total_ns": 1_000_000 * n,
+                         "wait_min_ns": 10_000, "wait_max_ns": 10_000, "histogram": hist}],
+            "tasks": [{"pid": 1, "comm": "fake",
+                       "contended": 100 * n, "failed": 0, "wait_total_ns": 1_000_000 * n,
+                       "wait_min_ns": 10_000, "wait_max_ns": 10_000, "histogram": hist}]
+        }]
+    })
+    .to_string()
+}
+
+/// A stand-in for `lockscope serve`'s `/api/snapshot`: the k-th request gets the
+/// recording of k seconds. Serves until dropped (at most 60 s).
+struct FakeServe {
+    addr: String,
+    stop: Arc<AtomicBool>,
+    thread: Option<thread::JoinHandle<Vec<String>>>,
+}
+
+impl FakeServe {
+    fn start() -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = Arc::clone(&stop);
+        let thread = thread::spawn(move || {
+            let mut paths = Vec::new();
+            let end = Instant::now() + Duration::from_secs(60);
+            while !flag.load(Ordering::Relaxed) && Instant::now() < end {
+                let Ok((stream, _)) = listener.accept() else {
+                    thread::sleep(Duration::from_millis(20));
+                    continue;
+                };
+                stream.set_nonblocking(false).unwrap();
+                let mut reader = BufReader::new(stream);
+                let mut line = String::new();
+                reader.read_line(&mut line).unwrap();
+                paths.push(line.split_whitespace().nth(1).unwrap_or("").to_owned());
+                loop {
+                    let mut h = String::new();
+                    if reader.read_line(&mut h).unwrap() == 0 || h == "\r\n" {
+                        break;
+                    }
+                }
+                let body = served_recording(paths.len() as u64);
+                let mut s = reader.into_inner();
+                let _ = write!(
+                    s,
+                    "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\
+                     Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+            }
+            paths
+        });
+        FakeServe {
+            addr,
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    fn stop(mut self) -> Vec<String> {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread.take().unwrap().join().unwrap()
+    }
+}
+
+#[test]
+fn top_as_a_client_of_serve() {
+    let serve = FakeServe::start();
+    let tmux = Tmux::start(
+        "connect",
+        &shell_cmd(&format!("--interval 500ms --connect {}", serve.addr)),
+    );
+    // 100 waits of 10 us per served second: 100 cont/s, 1 ms of waiting per second.
+    // Rates of an interval (not since start): a second snapshot has arrived.
+    let s = tmux.wait_for("served rates", 20, |s| {
+        !s.contains("since start")
+            && s.lines()
+                .any(|l| l.contains("mmap_lock of fake[1]") && l.contains(" 100 "))
+    });
+    assert!(s.contains(&format!("connected to {}", serve.addr)), "{s}");
+    assert!(s.contains("kernel 6.18.0-served"), "{s}");
+    let row: Vec<&str> = s
+        .lines()
+        .find(|l| l.contains("mmap_lock of fake[1]"))
+        .unwrap()
+        .split_whitespace()
+        .collect();
+    assert_eq!(
+        row,
+        [
+            "rwsem:W",
+            "mmap_lock",
+            "of",
+            "fake[1]",
+            "100",
+            "1.00ms",
+            "10.0us",
+            "10.0us",
+            "10.0us",
+            "1",
+            "n/a"
+        ],
+        "{s}"
+    );
+    tmux.send(&["Enter"]);
+    let s = tmux.wait_for("detail view", 10, |s| s.contains("wait histogram"));
+    assert!(s.contains("8.19us │█"), "{s}");
+    assert!(s.contains("vm_mmap_pgoff+0x30"), "{s}");
+    tmux.send(&["Escape"]);
+    tmux.send(&["q"]);
+    let s = tmux.wait_for("top to exit", 10, |s| s.contains("tty: "));
+    assert!(s.contains("top exited: 0"), "{s}");
+    assert!(s.contains("tty: cooked"), "{s}");
+    assert_eq!(tmux.display("#{alternate_on}"), "0");
+    assert_eq!(tmux.display("#{cursor_flag}"), "1", "cursor left hidden");
+    let paths = serve.stop();
+    assert!(paths.len() >= 2, "{paths:?}");
+    assert!(paths.iter().all(|p| p == "/api/snapshot"), "{paths:?}");
+}
+
+#[test]
+fn top_errors_are_one_line_and_leave_the_terminal_alone() {
+    // Nobody listening: a plain error before the screen is taken over.
+    let port = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let tmux = Tmux::start("errors", &shell_cmd(&format!("--connect 127.0.0.1:{port}")));
+    let s = tmux.wait_for("top to exit", 15, |s| s.contains("tty: "));
+    assert!(
+        s.contains(&format!(
+            "lockscope: cannot reach lockscope serve at 127.0.0.1:{port}"
+        )),
+        "{s}"
+    );
+    assert!(s.contains("top exited: 1"), "{s}");
+    assert!(s.contains("tty: cooked"), "{s}");
+    assert_eq!(tmux.display("#{alternate_on}"), "0");
+
+    // Not on a terminal.
+    let out = Command::new(bin())
+        .args(["top", "--connect", "127.0.0.1:9"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("lockscope: top needs a terminal"), "{err}");
+    // Bad input.
+    for (args, msg) in [
+        (&["top", "--interval", "5ms"][..], "out of range"),
+        (&["top", "--connect", "nohost"][..], "expected HOST:PORT"),
+        (
+            &["top", "--connect", "127.0.0.1:1", "--pid", "1"][..],
+            "cannot be used with",
+        ),
+    ] {
+        let out = Command::new(bin()).args(args).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && err.contains(msg),
+            "{args:?}: {err}"
+        );
+    }
+}
