@@ -25,6 +25,8 @@ pub const DEBIAN_PACKAGES: &[&str] = &[
     "tmux",
     "util-linux",
     "procps",
+    // `lockscope serve` tests: a real Prometheus server scrapes it; promtool lints.
+    "prometheus",
 ];
 
 /// Toolchain that builds the eBPF crate (`-Z build-std` needs nightly).

@@ -10,12 +10,14 @@ use crate::{
 pub mod doctor;
 pub mod record;
 pub mod report;
+pub mod serve;
 
 pub fn run(command: Command) -> anyhow::Result<ExitCode> {
     match command {
         Command::Doctor => doctor::run(),
         Command::Record(args) => record::run(args),
         Command::Report(args) => report::run(args),
+        Command::Serve(args) => serve::run(args),
         Command::Workload(w) => crate::workload::run(&w).map(|()| ExitCode::SUCCESS),
     }
 }

@@ -1,3 +1,4 @@
-//! Sinks of the pipeline: the report renderings (table, JSON, CSV).
+//! Sinks of the pipeline: the report renderings (table, JSON, CSV) and Prometheus metrics.
 
+pub mod prometheus;
 pub mod report;
