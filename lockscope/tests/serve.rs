@@ -404,6 +404,11 @@ fn prometheus_scrapes_serve_while_mmap_churn_runs() {
         .map(|l| l["contended"].as_u64().unwrap())
         .sum();
     assert!(waits > 0, "snapshot has the workload's mmap_lock");
+    // `lockscope report` reads it like a `record -o` file.
+    let snap = dir.join("snapshot.json");
+    std::fs::write(&snap, &body).unwrap();
+    let report = run_ok(lockscope().arg("report").arg(&snap));
+    assert!(String::from_utf8_lossy(&report.stdout).contains(&lock));
     // The metrics are cumulative too: the snapshot (read later) has at least as many.
     let metric_waits: f64 = contentions
         .iter()
