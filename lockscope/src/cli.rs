@@ -60,6 +60,19 @@ pub enum Command {
     /// Built-in contention generators, to try lockscope or benchmark with.
     #[command(subcommand)]
     Workload(Workload),
+    /// Run as a daemon: trace continuously and serve Prometheus metrics over HTTP.
+    ///
+    /// Serves /metrics (Prometheus text format), /healthz, and /api/snapshot (everything
+    /// recorded since the start, as JSON in the format `record -o` writes). Stops on
+    /// SIGTERM or Ctrl-C, detaching every probe.
+    ///
+    /// Examples:
+    ///   lockscope serve                              127.0.0.1:9464, whole system
+    ///   lockscope serve --listen 0.0.0.0:9464        every interface (mind the firewall)
+    ///   lockscope serve --config /etc/lockscope.toml
+    ///   lockscope serve --config lockscope.toml --check-config   validate only
+    #[command(verbatim_doc_comment)]
+    Serve(ServeArgs),
 }
 
 #[derive(Debug, Args)]
@@ -191,4 +204,28 @@ mod tests {
                 .contains("not a duration")
         );
     }
+}
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Address and port to serve on [default: 127.0.0.1:9464, or `listen` in the config].
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub listen: Option<String>,
+    /// TOML configuration file: listen, interval, [probes], [target], [metrics]
+    /// (see the README for every key).
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// How often to read the in-kernel maps, e.g. 500ms, 1s, 1m [default: 1s].
+    #[arg(long, value_name = "DURATION")]
+    pub interval: Option<String>,
+    /// Check the configuration, print what would be served, and exit (attaches nothing).
+    #[arg(long)]
+    pub check_config: bool,
+    /// Trace only this process (and what it forks from now on). Repeatable; overrides the
+    /// config's [target].
+    #[arg(short = 'p', long = "pid", value_name = "PID")]
+    pub pids: Vec<u32>,
+    /// Trace only tasks in this cgroup (v2 directory) and below; overrides the config.
+    #[arg(long, value_name = "PATH", conflicts_with = "pids")]
+    pub cgroup: Option<PathBuf>,
 }

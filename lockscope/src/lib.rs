@@ -6,6 +6,7 @@
 pub mod aggregate;
 pub mod cli;
 pub mod cmd;
+pub mod config;
 pub mod decode;
 pub mod probe;
 pub mod session;

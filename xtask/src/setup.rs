@@ -27,6 +27,8 @@ pub const DEBIAN_PACKAGES: &[&str] = &[
     "util-linux",
     "procps",
     "chromium",
+    // `lockscope serve` tests: a real Prometheus server scrapes it; promtool lints.
+    "prometheus",
 ];
 
 /// Toolchain that builds the eBPF crate (`-Z build-std` needs nightly).

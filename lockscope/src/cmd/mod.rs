@@ -10,6 +10,7 @@ use crate::{
 pub mod doctor;
 pub mod record;
 pub mod report;
+pub mod serve;
 pub mod top;
 
 pub fn run(command: Command) -> anyhow::Result<ExitCode> {
@@ -18,6 +19,7 @@ pub fn run(command: Command) -> anyhow::Result<ExitCode> {
         Command::Record(args) => record::run(args),
         Command::Report(args) => report::run(args),
         Command::Top(args) => top::run(args),
+        Command::Serve(args) => serve::run(args),
         Command::Workload(w) => crate::workload::run(&w).map(|()| ExitCode::SUCCESS),
     }
 }

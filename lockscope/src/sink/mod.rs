@@ -1,5 +1,8 @@
-//! Sinks of the pipeline: the report renderings (table, JSON, CSV, HTML).
+//! Sinks of the pipeline: the report renderings (table, JSON, CSV, HTML), Prometheus
+//! metrics, and the live TUI.
 
 pub mod html;
+
+pub mod prometheus;
 pub mod report;
 pub mod tui;

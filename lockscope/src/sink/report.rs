@@ -14,7 +14,7 @@ pub enum Format {
     /// Aligned table, like `perf lock contention`.
     #[default]
     Table,
-    /// The recording itself (schema lockscope.report/1).
+    /// The recording itself (schema lockscope.report/2).
     Json,
     /// One line per row, header first.
     Csv,

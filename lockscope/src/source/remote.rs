@@ -1,5 +1,5 @@
 //! Recordings from a running `lockscope serve`: `GET http://ADDR/api/snapshot` returns the
-//! same JSON a recording file holds (schema `lockscope.report/1`), cumulative since the
+//! same JSON a recording file holds (schema `lockscope.report/2`), cumulative since the
 //! server started.
 
 use std::time::Duration;

@@ -1,0 +1,362 @@
+//! `lockscope serve`: the always-on daemon. Attaches the probes once (through
+//! [`Session`], like `record`), reads the in-kernel maps every `interval`, and serves
+//! `/metrics` (Prometheus text format), `/healthz` and `/api/snapshot` (the cumulative
+//! recording, schema `lockscope.report/2`, as `record -o` writes it).
+//!
+//! Threads: the main thread owns the session and refreshes; one thread runs the HTTP
+//! server (tokio) and turns SIGTERM/SIGINT into a stop request. On stop the server
+//! finishes, the probes are detached, and lockscope exits 0.
+
+use std::{
+    os::fd::OwnedFd,
+    process::ExitCode,
+    sync::{Arc, Mutex, mpsc},
+    thread,
+    time::{Duration, Instant},
+};
+
+use anyhow::Context as _;
+use axum::{
+    Router,
+    extract::State,
+    http::{StatusCode, header},
+    response::{IntoResponse, Response},
+    routing::get,
+};
+
+use crate::{
+    aggregate::Recording,
+    cli::ServeArgs,
+    config::{ConfigFile, Overrides, ServeSettings},
+    probe::{LoadOptions, Target, features},
+    session::Session,
+    sink::prometheus::{
+        LockSeries, MetricsOptions, ProbeStatus, ProgramRuns, SelfStats, encode, families,
+    },
+};
+
+/// What the HTTP handlers serve: the result of the last refresh.
+struct Published {
+    metrics: String,
+    recording: Arc<Recording>,
+    last_ok: Instant,
+    last_error: Option<String>,
+    interval: Duration,
+}
+
+type Shared = Arc<Mutex<Published>>;
+
+/// Why serving stopped.
+enum Stop {
+    Signal(&'static str),
+    ServerFailed(anyhow::Error),
+}
+
+pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
+    let file = match &args.config {
+        Some(path) => ConfigFile::read(path)?,
+        None => ConfigFile::default(),
+    };
+    let overrides = Overrides {
+        listen: args.listen.clone(),
+        interval: args.interval.clone(),
+        pids: args.pids.clone(),
+        cgroup: args.cgroup.clone(),
+    };
+    let settings = match &args.config {
+        Some(path) => file
+            .settings(&overrides)
+            .with_context(|| format!("config {}", path.display()))?,
+        None => file.settings(&overrides)?,
+    };
+    if args.check_config {
+        println!("{}", describe(&settings));
+        return Ok(ExitCode::SUCCESS);
+    }
+
+    features::require_privileges()?;
+    features::ensure_tracefs()?;
+    // Bind before attaching: a busy port is an error with nothing loaded.
+    let listener = std::net::TcpListener::bind(settings.listen)
+        .with_context(|| format!("cannot listen on {}", settings.listen))?;
+    listener.set_nonblocking(true)?;
+
+    let mut session = Session::start(
+        &LoadOptions {
+            target: settings.target.clone(),
+            types: settings.types.clone(),
+        },
+        describe_target(&settings.target),
+    )?;
+    // Kernel BPF run statistics, on only while this fd is open (closed at exit, even
+    // on a crash, which restores the previous state).
+    let bpf_stats = match aya::sys::enable_stats(aya::sys::Stats::RunTime) {
+        Ok(fd) => Some(fd),
+        Err(e) => {
+            eprintln!(
+                "lockscope: BPF program run statistics unavailable ({:#}; needs \
+                 CAP_SYS_ADMIN); lockscope_bpf_program_* metrics are left out",
+                anyhow::Error::from(e)
+            );
+            None
+        }
+    };
+
+    let mut refresher = Refresher {
+        series: LockSeries::default(),
+        opts: MetricsOptions {
+            top_locks: settings.top_locks,
+            bucket_bounds: settings.bucket_bounds.clone(),
+        },
+        errors: 0,
+        bpf_stats,
+    };
+    let first = refresher.refresh(&session)?;
+    let shared: Shared = Arc::new(Mutex::new(Published {
+        metrics: first.0,
+        recording: Arc::new(first.1),
+        last_ok: Instant::now(),
+        last_error: None,
+        interval: settings.interval,
+    }));
+
+    let (stop_tx, stop_rx) = mpsc::channel::<Stop>();
+    let (done_tx, done_rx) = mpsc::channel::<()>();
+    let server_state = shared.clone();
+    let server = thread::Builder::new()
+        .name("lockscope-http".into())
+        .spawn(move || {
+            if let Err(e) = serve_http(listener, server_state, stop_tx.clone()) {
+                let _ = stop_tx.send(Stop::ServerFailed(e));
+            }
+            let _ = done_tx.send(());
+        })?;
+    eprintln!(
+        "lockscope: serving http://{}/metrics (also /healthz, /api/snapshot); tier {}, \
+         probes {}; reading maps every {:?}",
+        settings.listen,
+        session.probes().tier,
+        session.probes().attached().join(", "),
+        settings.interval
+    );
+
+    let stop = loop {
+        match stop_rx.recv_timeout(settings.interval) {
+            Ok(stop) => break stop,
+            Err(mpsc::RecvTimeoutError::Disconnected) => {
+                break Stop::ServerFailed(anyhow::anyhow!("HTTP server thread ended"));
+            }
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                let result = refresher.refresh(&session);
+                let mut p = shared.lock().unwrap_or_else(|e| e.into_inner());
+                match result {
+                    Ok((metrics, rec)) => {
+                        p.metrics = metrics;
+                        p.recording = Arc::new(rec);
+                        p.last_ok = Instant::now();
+                        p.last_error = None;
+                    }
+                    Err(e) => {
+                        eprintln!("lockscope: reading the probe maps failed: {e:#}");
+                        p.last_error = Some(format!("{e:#}"));
+                    }
+                }
+            }
+        }
+    };
+    session.stop();
+    drop(session);
+    drop(refresher);
+    // The server stops on the same signal; do not wait forever for slow clients.
+    let _ = done_rx.recv_timeout(Duration::from_secs(5));
+    drop(server);
+    match stop {
+        Stop::Signal(name) => {
+            eprintln!("lockscope: {name}: stopped serving, probes detached");
+            Ok(ExitCode::SUCCESS)
+        }
+        Stop::ServerFailed(e) => Err(e.context("HTTP server failed; probes detached")),
+    }
+}
+
+struct Refresher {
+    series: LockSeries,
+    opts: MetricsOptions,
+    errors: u64,
+    bpf_stats: Option<OwnedFd>,
+}
+
+impl Refresher {
+    /// Read the maps once: the metrics text and the recording.
+    fn refresh(&mut self, session: &Session) -> anyhow::Result<(String, Recording)> {
+        let t0 = Instant::now();
+        let rec = match session.snapshot() {
+            Ok(r) => r,
+            Err(e) => {
+                self.errors += 1;
+                return Err(e);
+            }
+        };
+        let locks = self.series.update(&rec, self.opts.top_locks);
+        let probes = session.probes();
+        let me = SelfStats {
+            probes: probes
+                .attached()
+                .into_iter()
+                .map(|probe| ProbeStatus {
+                    probe,
+                    tier: probes.tier.to_owned(),
+                    attached: true,
+                })
+                .collect(),
+            programs: self.bpf_stats.as_ref().map(|_| program_runs(session)),
+            scrape_duration_s: t0.elapsed().as_secs_f64(),
+            scrape_errors: self.errors,
+        };
+        let text = encode(&families(&rec, &locks, &me, &self.opts))?;
+        Ok((text, rec))
+    }
+}
+
+/// Run time and count of every loaded program of the session.
+fn program_runs(session: &Session) -> Vec<ProgramRuns> {
+    let mut out: Vec<ProgramRuns> = session
+        .probes()
+        .ebpf()
+        .programs()
+        .filter_map(|(name, prog)| {
+            let info = prog.info().ok()?;
+            Some(ProgramRuns {
+                program: name.to_owned(),
+                run_time_ns: info.run_time().as_nanos() as u64,
+                run_count: info.run_count(),
+            })
+        })
+        .collect();
+    out.sort_by(|a, b| a.program.cmp(&b.program));
+    out
+}
+
+fn serve_http(
+    listener: std::net::TcpListener,
+    shared: Shared,
+    stop: mpsc::Sender<Stop>,
+) -> anyhow::Result<()> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(async move {
+        let listener = tokio::net::TcpListener::from_std(listener)?;
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+        let shutdown = async move {
+            let name = tokio::select! {
+                _ = term.recv() => "SIGTERM",
+                _ = tokio::signal::ctrl_c() => "SIGINT",
+            };
+            let _ = stop.send(Stop::Signal(name));
+        };
+        let app = Router::new()
+            .route("/metrics", get(metrics))
+            .route("/healthz", get(healthz))
+            .route("/api/snapshot", get(snapshot))
+            .route("/", get(index))
+            .fallback(not_found)
+            .with_state(shared);
+        axum::serve(listener, app)
+            .with_graceful_shutdown(shutdown)
+            .await
+            .context("HTTP server")
+    })
+}
+
+const INDEX: &str = "lockscope serve\n\n\
+    /metrics        Prometheus metrics (text format)\n\
+    /healthz        200 when the probe maps were read recently\n\
+    /api/snapshot   the recording so far, JSON (schema lockscope.report/2)\n";
+
+async fn index() -> &'static str {
+    INDEX
+}
+
+async fn not_found() -> (StatusCode, &'static str) {
+    (StatusCode::NOT_FOUND, INDEX)
+}
+
+async fn metrics(State(shared): State<Shared>) -> Response {
+    let text = shared
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .metrics
+        .clone();
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        text,
+    )
+        .into_response()
+}
+
+async fn snapshot(State(shared): State<Shared>) -> Response {
+    let rec = shared
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .recording
+        .clone();
+    match serde_json::to_vec(&*rec) {
+        Ok(body) => ([(header::CONTENT_TYPE, "application/json")], body).into_response(),
+        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")).into_response(),
+    }
+}
+
+async fn healthz(State(shared): State<Shared>) -> Response {
+    let p = shared.lock().unwrap_or_else(|e| e.into_inner());
+    let age = p.last_ok.elapsed();
+    let limit = p.interval * 3 + Duration::from_secs(2);
+    if age <= limit {
+        (StatusCode::OK, "ok\n").into_response()
+    } else {
+        let why = p.last_error.as_deref().unwrap_or("no map read finished");
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!(
+                "stale: last map read {:.1} s ago ({why})\n",
+                age.as_secs_f64()
+            ),
+        )
+            .into_response()
+    }
+}
+
+fn describe_target(target: &Target) -> String {
+    match target {
+        Target::System | Target::Command => "system".to_owned(),
+        Target::Pids(p) => format!(
+            "pid {}",
+            p.iter().map(u32::to_string).collect::<Vec<_>>().join(",")
+        ),
+        Target::Cgroup(path) => format!("cgroup {}", path.display()),
+    }
+}
+
+/// `--check-config` output: what would be served.
+fn describe(s: &ServeSettings) -> String {
+    let types = match &s.types {
+        None => "all".to_owned(),
+        Some(t) => t.iter().map(|t| t.name()).collect::<Vec<_>>().join(","),
+    };
+    let first = s.bucket_bounds.first().map_or(0, |&i| 1u64 << (i + 1));
+    let last = s.bucket_bounds.last().map_or(0, |&i| 1u64 << (i + 1));
+    format!(
+        "config OK: listen {}, interval {:?}, target {}, lock types {types}, top {} locks \
+         labelled, {} histogram buckets from {:.3e} s to {:.3e} s",
+        s.listen,
+        s.interval,
+        describe_target(&s.target),
+        s.top_locks,
+        s.bucket_bounds.len(),
+        first as f64 / 1e9,
+        last as f64 / 1e9,
+    )
+}

@@ -1,0 +1,440 @@
+//! `lockscope serve` configuration: a TOML file, checked completely before anything is
+//! attached. Every error names the offending key. Pure except for the existence checks of
+//! target pids and cgroups.
+//!
+//! ```toml
+//! listen = "127.0.0.1:9464"   # where /metrics, /healthz and /api/snapshot are served
+//! interval = "1s"             # how often the in-kernel maps are read
+//!
+//! [probes]                    # probe groups
+//! kernel_locks = true         # lock:contention_begin/end (every kernel lock type)
+//!
+//! [target]                    # default: the whole system
+//! pids = [1234]               # these processes (and what they fork from now on)
+//! cgroup = "/sys/fs/cgroup/system.slice/nginx.service"
+//! types = ["rwsem", "mutex"]  # lock types to trace (default: all)
+//!
+//! [metrics]
+//! top_locks = 20              # locks with their own `lock` label; the rest is `other`
+//!
+//! [metrics.histogram]         # `le` bounds of lockscope_lock_wait_seconds
+//! min_seconds = 1e-6
+//! max_seconds = 10.0
+//! factor = 4                  # 2, 4, 8 or 16: ratio of consecutive bounds
+//! ```
+
+use std::{
+    net::SocketAddr,
+    path::{Path, PathBuf},
+    time::Duration,
+};
+
+use anyhow::{Context as _, bail};
+use lockscope_common::HIST_BUCKETS;
+use serde::Deserialize;
+
+use crate::{decode::LockType, probe::Target};
+
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:9464";
+pub const DEFAULT_INTERVAL: &str = "1s";
+pub const DEFAULT_TOP_LOCKS: usize = 20;
+/// More lock labels than this would defeat the purpose of folding into `other`.
+pub const MAX_TOP_LOCKS: usize = 1000;
+
+/// The file as written. Unknown keys are errors.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ConfigFile {
+    pub listen: Option<String>,
+    pub interval: Option<String>,
+    pub probes: ProbeGroups,
+    pub target: TargetConfig,
+    pub metrics: MetricsConfig,
+}
+
+/// Probe groups. Only `kernel_locks` exists in this version; the others are the places
+/// where rwsem acquisition events, futex waits and pi_lock hold times plug in.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ProbeGroups {
+    pub kernel_locks: bool,
+    pub rwsem_events: bool,
+    pub futex: bool,
+    pub pi_lock: bool,
+}
+
+impl Default for ProbeGroups {
+    fn default() -> Self {
+        Self {
+            kernel_locks: true,
+            rwsem_events: false,
+            futex: false,
+            pi_lock: false,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TargetConfig {
+    pub pids: Vec<u32>,
+    pub cgroup: Option<PathBuf>,
+    pub types: Vec<String>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MetricsConfig {
+    pub top_locks: usize,
+    pub histogram: HistogramConfig,
+}
+
+impl Default for MetricsConfig {
+    fn default() -> Self {
+        Self {
+            top_locks: DEFAULT_TOP_LOCKS,
+            histogram: HistogramConfig::default(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct HistogramConfig {
+    pub min_seconds: f64,
+    pub max_seconds: f64,
+    pub factor: u32,
+}
+
+impl Default for HistogramConfig {
+    fn default() -> Self {
+        Self {
+            min_seconds: 1e-6,
+            max_seconds: 10.0,
+            factor: 4,
+        }
+    }
+}
+
+/// Command-line values, which override the file.
+#[derive(Debug, Clone, Default)]
+pub struct Overrides {
+    pub listen: Option<String>,
+    pub interval: Option<String>,
+    pub pids: Vec<u32>,
+    pub cgroup: Option<PathBuf>,
+}
+
+/// A checked configuration, ready to start from.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ServeSettings {
+    pub listen: SocketAddr,
+    pub interval: Duration,
+    pub target: Target,
+    pub types: Option<Vec<LockType>>,
+    pub top_locks: usize,
+    /// Indices `i` of the log2 buckets whose upper bounds (`2^(i+1)` ns) become `le` bounds.
+    pub bucket_bounds: Vec<usize>,
+}
+
+impl ConfigFile {
+    /// Parse TOML text; errors give the line and the key.
+    pub fn parse(text: &str) -> anyhow::Result<Self> {
+        toml::from_str(text).map_err(|e| {
+            let line = e
+                .span()
+                .map(|s| text[..s.start.min(text.len())].matches('\n').count() + 1);
+            let msg = e.message().trim().replace('\n', " ");
+            match line {
+                Some(l) => anyhow::anyhow!("line {l}: {msg}"),
+                None => anyhow::anyhow!("{msg}"),
+            }
+        })
+    }
+
+    pub fn read(path: &Path) -> anyhow::Result<Self> {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read config {}", path.display()))?;
+        Self::parse(&text).with_context(|| format!("config {}", path.display()))
+    }
+
+    /// Check everything and apply the command line on top.
+    pub fn settings(&self, cli: &Overrides) -> anyhow::Result<ServeSettings> {
+        let listen_text = cli
+            .listen
+            .as_deref()
+            .or(self.listen.as_deref())
+            .unwrap_or(DEFAULT_LISTEN);
+        let listen: SocketAddr = listen_text.parse().map_err(|_| {
+            anyhow::anyhow!(
+                "listen: `{listen_text}` is not an address:port (e.g. {DEFAULT_LISTEN}, \
+                 or 0.0.0.0:9464 for every interface)"
+            )
+        })?;
+        let interval_text = cli
+            .interval
+            .as_deref()
+            .or(self.interval.as_deref())
+            .unwrap_or(DEFAULT_INTERVAL);
+        let interval =
+            parse_duration(interval_text).map_err(|e| anyhow::anyhow!("interval: {e}"))?;
+        if interval < Duration::from_millis(100) || interval > Duration::from_secs(3600) {
+            bail!("interval: must be between 100ms and 1h, got {interval_text}");
+        }
+
+        let p = &self.probes;
+        for (key, on, what) in [
+            (
+                "rwsem_events",
+                p.rwsem_events,
+                "rwsem acquisition-mode events",
+            ),
+            ("futex", p.futex, "futex waits"),
+            ("pi_lock", p.pi_lock, "pi_lock hold times and starvation"),
+        ] {
+            if on {
+                bail!("probes.{key}: {what} are not available in this version of lockscope");
+            }
+        }
+        if !p.kernel_locks {
+            bail!("probes.kernel_locks: no probe group is enabled, nothing would be traced");
+        }
+
+        let (pids, cgroup) = if !cli.pids.is_empty() || cli.cgroup.is_some() {
+            (&cli.pids, &cli.cgroup)
+        } else {
+            (&self.target.pids, &self.target.cgroup)
+        };
+        if !pids.is_empty() && cgroup.is_some() {
+            bail!("target: give either pids or a cgroup, not both");
+        }
+        for &pid in pids {
+            if pid == 0 || !Path::new(&format!("/proc/{pid}")).exists() {
+                bail!("target.pids: no process with pid {pid}");
+            }
+        }
+        let target = if !pids.is_empty() {
+            Target::Pids(pids.clone())
+        } else if let Some(cg) = cgroup {
+            crate::probe::features::cgroup_id_and_level(cg)
+                .map_err(|e| anyhow::anyhow!("target.cgroup: {e:#}"))?;
+            Target::Cgroup(cg.clone())
+        } else {
+            Target::System
+        };
+        let types = if self.target.types.is_empty() {
+            None
+        } else {
+            let mut out = Vec::new();
+            for name in &self.target.types {
+                out.extend(
+                    LockType::parse_list(name.trim())
+                        .map_err(|e| anyhow::anyhow!("target.types: {e}"))?,
+                );
+            }
+            Some(out)
+        };
+
+        let m = &self.metrics;
+        if m.top_locks == 0 || m.top_locks > MAX_TOP_LOCKS {
+            bail!(
+                "metrics.top_locks: must be between 1 and {MAX_TOP_LOCKS}, got {}",
+                m.top_locks
+            );
+        }
+        let bucket_bounds = bucket_bounds(&m.histogram)?;
+        Ok(ServeSettings {
+            listen,
+            interval,
+            target,
+            types,
+            top_locks: m.top_locks,
+            bucket_bounds,
+        })
+    }
+}
+
+/// `le` bounds from the `[metrics.histogram]` section: powers of two nanoseconds (the
+/// in-kernel buckets' edges) from `min_seconds` up to `max_seconds`, `factor` apart.
+/// Returned as log2 bucket indices: bound `2^(i+1)` ns closes bucket `i`.
+pub fn bucket_bounds(h: &HistogramConfig) -> anyhow::Result<Vec<usize>> {
+    let step = match h.factor {
+        2 => 1,
+        4 => 2,
+        8 => 3,
+        16 => 4,
+        f => bail!("metrics.histogram.factor: must be 2, 4, 8 or 16, got {f}"),
+    };
+    // Largest finite bound: the last in-kernel bucket is open-ended.
+    let top_exp = HIST_BUCKETS - 1;
+    let max_s = (1u64 << top_exp) as f64 / 1e9;
+    for (key, v) in [
+        ("min_seconds", h.min_seconds),
+        ("max_seconds", h.max_seconds),
+    ] {
+        if !(v.is_finite() && v > 0.0 && v <= max_s) {
+            bail!(
+                "metrics.histogram.{key}: must be a number of seconds in (0, {max_s:.0}], got {v}"
+            );
+        }
+    }
+    if h.min_seconds >= h.max_seconds {
+        bail!(
+            "metrics.histogram.min_seconds: must be below max_seconds ({} >= {})",
+            h.min_seconds,
+            h.max_seconds
+        );
+    }
+    let lo = ((h.min_seconds * 1e9).log2().ceil() as usize).max(1);
+    let hi = ((h.max_seconds * 1e9).log2().floor() as usize).min(top_exp);
+    let bounds: Vec<usize> = (lo..=hi).step_by(step).map(|e| e - 1).collect();
+    if bounds.is_empty() {
+        bail!(
+            "metrics.histogram: no power-of-two nanosecond bound lies between {} s and {} s",
+            h.min_seconds,
+            h.max_seconds
+        );
+    }
+    Ok(bounds)
+}
+
+/// `500ms`, `1s`, `2.5s`, `1m`, or a plain number of seconds.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let t = text.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let v: f64 = num
+        .parse()
+        .map_err(|_| format!("`{text}` is not a duration (e.g. 500ms, 1s, 1m)"))?;
+    let scale = match unit.trim() {
+        "ms" => 1e-3,
+        "" | "s" => 1.0,
+        "m" => 60.0,
+        "h" => 3600.0,
+        u => return Err(format!("`{text}`: unknown unit `{u}` (use ms, s, m or h)")),
+    };
+    Duration::try_from_secs_f64(v * scale).map_err(|_| format!("`{text}` is not a duration"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings(text: &str) -> anyhow::Result<ServeSettings> {
+        ConfigFile::parse(text)?.settings(&Overrides::default())
+    }
+
+    fn err(text: &str) -> String {
+        format!("{:#}", settings(text).unwrap_err())
+    }
+
+    #[test]
+    fn defaults_trace_the_system() {
+        let s = settings("").unwrap();
+        assert_eq!(s.listen.to_string(), DEFAULT_LISTEN);
+        assert_eq!(s.interval, Duration::from_secs(1));
+        assert_eq!(s.target, Target::System);
+        assert_eq!(s.types, None);
+        assert_eq!(s.top_locks, DEFAULT_TOP_LOCKS);
+        // 2^10 ns (1.024 us) up to 2^32 ns (4.29 s), factor 4.
+        assert_eq!(
+            s.bucket_bounds,
+            vec![9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31]
+        );
+    }
+
+    #[test]
+    fn a_full_file_is_applied() {
+        let s = settings(
+            r#"
+            listen = "0.0.0.0:9500"
+            interval = "250ms"
+            [probes]
+            kernel_locks = true
+            [target]
+            pids = [1]
+            types = ["rwsem", "mutex"]
+            [metrics]
+            top_locks = 5
+            [metrics.histogram]
+            min_seconds = 0.001
+            max_seconds = 1
+            factor = 2
+            "#,
+        )
+        .unwrap();
+        assert_eq!(s.listen.port(), 9500);
+        assert_eq!(s.interval, Duration::from_millis(250));
+        assert_eq!(s.target, Target::Pids(vec![1]));
+        assert_eq!(
+            s.types.as_ref().unwrap().len(),
+            3,
+            "rwsem:R, rwsem:W, mutex"
+        );
+        assert_eq!(s.top_locks, 5);
+        // 2^20 ns (1.05 ms) .. 2^29 ns (0.54 s).
+        assert_eq!(s.bucket_bounds, (19..=28).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn the_command_line_wins() {
+        let cfg = ConfigFile::parse("listen = \"127.0.0.1:1\"\ninterval = \"5s\"").unwrap();
+        let s = cfg
+            .settings(&Overrides {
+                listen: Some("127.0.0.1:2".into()),
+                interval: Some("2s".into()),
+                pids: vec![1],
+                cgroup: None,
+            })
+            .unwrap();
+        assert_eq!(s.listen.port(), 2);
+        assert_eq!(s.interval, Duration::from_secs(2));
+        assert_eq!(s.target, Target::Pids(vec![1]));
+    }
+
+    #[test]
+    fn errors_name_the_key() {
+        let e = err("lisen = \"127.0.0.1:9464\"");
+        assert!(
+            e.contains("line 1") && e.contains("unknown field `lisen`"),
+            "{e}"
+        );
+        let e = err("[metrics]\ntop_lock = 3");
+        assert!(e.contains("line 2") && e.contains("`top_lock`"), "{e}");
+        let e = err("[metrics]\ntop_locks = \"many\"");
+        assert!(e.contains("line 2") && e.contains("invalid type"), "{e}");
+        assert!(err("listen = \"localhost\"").starts_with("listen:"));
+        assert!(err("interval = \"1 fortnight\"").starts_with("interval:"));
+        assert!(err("interval = \"1ms\"").starts_with("interval:"));
+        assert!(err("[probes]\nfutex = true").starts_with("probes.futex:"));
+        assert!(err("[probes]\nkernel_locks = false").starts_with("probes.kernel_locks:"));
+        assert!(err("[target]\npids = [0]").starts_with("target.pids:"));
+        assert!(err("[target]\ntypes = [\"spinlok\"]").starts_with("target.types:"));
+        assert!(err("[target]\ncgroup = \"/nonexistent-cgroup\"").starts_with("target.cgroup:"));
+        assert!(err("[target]\npids = [1]\ncgroup = \"/\"").starts_with("target:"));
+        assert!(err("[metrics]\ntop_locks = 0").starts_with("metrics.top_locks:"));
+        let e = err("[metrics.histogram]\nfactor = 3");
+        assert!(e.starts_with("metrics.histogram.factor:"), "{e}");
+        let e = err("[metrics.histogram]\nmin_seconds = -1");
+        assert!(e.starts_with("metrics.histogram.min_seconds:"), "{e}");
+        let e = err("[metrics.histogram]\nmin_seconds = 2\nmax_seconds = 1");
+        assert!(e.starts_with("metrics.histogram.min_seconds:"), "{e}");
+        let e = err("[metrics.histogram]\nmin_seconds = 1.1e-6\nmax_seconds = 1.5e-6");
+        assert!(e.starts_with("metrics.histogram:"), "{e}");
+        for e in [err("lisen = 1"), err("[metrics]\ntop_locks = 0")] {
+            assert!(!e.contains('\n'), "one line: {e}");
+        }
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("1s"), Ok(Duration::from_secs(1)));
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("2.5"), Ok(Duration::from_millis(2500)));
+        assert_eq!(parse_duration("1m"), Ok(Duration::from_secs(60)));
+        assert!(parse_duration("s").is_err());
+        assert!(parse_duration("3 days").is_err());
+    }
+}

@@ -1,0 +1,661 @@
+//! `lockscope serve` on the real kernel, scraped by a real Prometheus server (Debian's
+//! `prometheus`, installed by `cargo xtask setup`) while `mmap-churn` runs.
+
+mod common;
+
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    io::{Read as _, Write as _},
+    net::{TcpListener, TcpStream},
+    path::Path,
+    process::{Child, Command, Stdio},
+    thread,
+    time::{Duration, Instant},
+};
+
+use common::*;
+use serde_json::Value;
+
+/// A child process killed (SIGKILL) if the test ends before it does.
+struct Guard(Child);
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        if self.0.try_wait().ok().flatten().is_none() {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A minimal HTTP/1.1 GET: (status, body).
+fn http_get(port: u16, path: &str) -> std::io::Result<(u16, String)> {
+    let mut s = TcpStream::connect(("127.0.0.1", port))?;
+    s.set_read_timeout(Some(Duration::from_secs(10)))?;
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+    )?;
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw)?;
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let chunked = head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked");
+    Ok((
+        status,
+        if chunked {
+            dechunk(body)
+        } else {
+            body.to_owned()
+        },
+    ))
+}
+
+fn dechunk(mut body: &str) -> String {
+    let mut out = String::new();
+    while let Some((size, rest)) = body.split_once("\r\n") {
+        let n = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
+        if n == 0 || rest.len() < n {
+            break;
+        }
+        out.push_str(&rest[..n]);
+        body = rest[n..].trim_start_matches("\r\n");
+    }
+    out
+}
+
+fn url_encode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+fn wait_until<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        thread::sleep(Duration::from_millis(250));
+    }
+}
+
+/// BPF program and link ids held open by a process (from its fdinfo).
+fn bpf_ids_of(pid: u32) -> BTreeSet<(String, u64)> {
+    let mut ids = BTreeSet::new();
+    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/fdinfo")) else {
+        return ids;
+    };
+    for entry in dir.flatten() {
+        let text = std::fs::read_to_string(entry.path()).unwrap_or_default();
+        for line in text.lines() {
+            for kind in ["prog_id", "link_id"] {
+                if let Some(v) = line.strip_prefix(kind).and_then(|v| v.strip_prefix(':'))
+                    && let Ok(id) = v.trim().parse()
+                {
+                    ids.insert((kind.to_owned(), id));
+                }
+            }
+        }
+    }
+    ids
+}
+
+/// Ids of every BPF program and link loaded in the kernel right now (bpftool).
+fn loaded_bpf_ids() -> BTreeSet<(String, u64)> {
+    let mut ids = BTreeSet::new();
+    for (obj, kind) in [("prog", "prog_id"), ("link", "link_id")] {
+        let out = Command::new("bpftool")
+            .args([obj, "show", "--json"])
+            .output()
+            .expect("bpftool (installed by cargo xtask setup)");
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+        for p in v.as_array().into_iter().flatten() {
+            if let Some(id) = p["id"].as_u64() {
+                ids.insert((kind.to_owned(), id));
+            }
+        }
+    }
+    ids
+}
+
+/// Samples of one metric from a scrape: (labels, value).
+fn samples(text: &str, name: &str) -> Vec<(BTreeMap<String, String>, f64)> {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| {
+            let (series, value) = l.rsplit_once(' ')?;
+            let (n, labels) = match series.split_once('{') {
+                Some((n, rest)) => (n, rest.trim_end_matches('}')),
+                None => (series, ""),
+            };
+            if n != name {
+                return None;
+            }
+            let mut map = BTreeMap::new();
+            // Label values here contain no `",` sequences; split on them.
+            for pair in labels.split("\",").filter(|p| !p.is_empty()) {
+                let (k, v) = pair.split_once("=\"").unwrap();
+                map.insert(k.to_owned(), v.trim_end_matches('"').to_owned());
+            }
+            Some((map, value.parse().unwrap()))
+        })
+        .collect()
+}
+
+fn start_serve(args: &[&str], stderr: &Path) -> Guard {
+    let log = std::fs::File::create(stderr).unwrap();
+    Guard(
+        lockscope()
+            .arg("serve")
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap(),
+    )
+}
+
+fn wait_healthy(port: u16, serve: &mut Guard, stderr: &Path) {
+    wait_until("lockscope serve /healthz", Duration::from_secs(60), || {
+        if let Ok(Some(status)) = serve.0.try_wait() {
+            panic!(
+                "serve exited early ({status}): {}",
+                std::fs::read_to_string(stderr).unwrap_or_default()
+            );
+        }
+        match http_get(port, "/healthz") {
+            Ok((200, body)) if body == "ok\n" => Some(()),
+            _ => None,
+        }
+    });
+}
+
+/// Query Prometheus's HTTP API: the first result's value, if any.
+fn prom_query(port: u16, query: &str) -> Option<f64> {
+    let (status, body) =
+        http_get(port, &format!("/api/v1/query?query={}", url_encode(query))).ok()?;
+    assert_eq!(status, 200, "query {query}: {body}");
+    let v: Value = serde_json::from_str(&body).ok()?;
+    assert_eq!(v["status"], "success", "{body}");
+    v["data"]["result"][0]["value"][1]
+        .as_str()
+        .and_then(|s| s.parse().ok())
+}
+
+#[test]
+fn prometheus_scrapes_serve_while_mmap_churn_runs() {
+    let _serial = serial();
+    let dir = scratch("serve-prom");
+    let top = 3;
+    let serve_port = free_port();
+    let prom_port = free_port();
+    let config = dir.join("lockscope.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "listen = \"127.0.0.1:{serve_port}\"\ninterval = \"500ms\"\n\
+             [metrics]\ntop_locks = {top}\n"
+        ),
+    )
+    .unwrap();
+    let stats_sysctl = || std::fs::read_to_string("/proc/sys/kernel/bpf_stats_enabled").unwrap();
+    let sysctl_before = stats_sysctl();
+
+    let serve_log = dir.join("serve.stderr");
+    let mut serve = start_serve(&["--config", config.to_str().unwrap()], &serve_log);
+    wait_healthy(serve_port, &mut serve, &serve_log);
+    let ours = bpf_ids_of(serve.0.id());
+    assert!(
+        ours.iter().filter(|(k, _)| k == "prog_id").count() >= 2
+            && ours.iter().any(|(k, _)| k == "link_id"),
+        "serve holds its programs and links: {ours:?}"
+    );
+
+    let prom_dir = dir.join("prometheus");
+    std::fs::create_dir_all(&prom_dir).unwrap();
+    let prom_config = dir.join("prometheus.yml");
+    std::fs::write(
+        &prom_config,
+        format!(
+            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n\
+             scrape_configs:\n  - job_name: lockscope\n    static_configs:\n\
+             \x20     - targets: ['127.0.0.1:{serve_port}']\n"
+        ),
+    )
+    .unwrap();
+    let _prometheus = Guard(
+        Command::new("prometheus")
+            .arg(format!("--config.file={}", prom_config.display()))
+            .arg(format!("--storage.tsdb.path={}", prom_dir.display()))
+            .arg(format!("--web.listen-address=127.0.0.1:{prom_port}"))
+            .arg("--log.level=warn")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(dir.join("prometheus.stderr")).unwrap())
+            .spawn()
+            .expect("prometheus (installed by cargo xtask setup)"),
+    );
+    wait_until("prometheus ready", Duration::from_secs(60), || {
+        matches!(http_get(prom_port, "/-/ready"), Ok((200, _))).then_some(())
+    });
+
+    let mut churn = Guard(
+        lockscope()
+            .args(["workload", "mmap-churn", "--seconds", "15"])
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let lock = format!("mmap_lock of lockscope[{}]", churn.0.id());
+    let selector = format!("lockscope_lock_contentions_total{{lock=\"{lock}\"}}");
+
+    // Prometheus sees the workload's mmap_lock contended, at a positive rate.
+    let rate = wait_until(
+        "a positive rate in Prometheus",
+        Duration::from_secs(60),
+        || prom_query(prom_port, &format!("sum(rate({selector}[10s]))")).filter(|&r| r > 0.0),
+    );
+    println!("first positive rate of contention on {lock}: {rate:.0}/s");
+    // Thousands per second on the test machines; be generous on a loaded one.
+    assert!(rate > 10.0, "{rate}");
+    let up = prom_query(prom_port, "up{job=\"lockscope\"}").unwrap();
+    assert_eq!(up, 1.0);
+    // Label cardinality as Prometheus stores it: at most top-N locks + other.
+    let locks = prom_query(
+        prom_port,
+        "count(count by (lock) (lockscope_lock_contentions_total))",
+    )
+    .unwrap();
+    assert!(locks <= (top + 1) as f64, "{locks} lock label values");
+    // The histogram agrees with the counter.
+    let hist_count = prom_query(
+        prom_port,
+        &format!("sum(lockscope_lock_wait_seconds_count{{lock=\"{lock}\"}})"),
+    )
+    .unwrap();
+    assert!(hist_count > 0.0);
+
+    // A live scrape: lints clean, buckets cumulative, +Inf = _count, bounded labels.
+    let (status, text) = http_get(serve_port, "/metrics").unwrap();
+    assert_eq!(status, 200);
+    let mut promtool = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("promtool (installed by cargo xtask setup)");
+    promtool
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    let lint = promtool.wait_with_output().unwrap();
+    assert!(
+        lint.status.success(),
+        "promtool check metrics: {}{}",
+        String::from_utf8_lossy(&lint.stdout),
+        String::from_utf8_lossy(&lint.stderr)
+    );
+
+    let counts = samples(&text, "lockscope_lock_wait_seconds_count");
+    let buckets = samples(&text, "lockscope_lock_wait_seconds_bucket");
+    let contentions = samples(&text, "lockscope_lock_contentions_total");
+    let names: BTreeSet<&str> = contentions
+        .iter()
+        .map(|(l, _)| l["lock"].as_str())
+        .collect();
+    assert!(names.len() <= top + 1, "{names:?}");
+    assert!(
+        names.contains("other"),
+        "system-wide there are more than {top} locks"
+    );
+    assert!(names.contains(lock.as_str()), "{names:?}");
+    assert_eq!(counts.len(), contentions.len());
+    for (labels, count) in &counts {
+        let mut series: Vec<(f64, f64)> = buckets
+            .iter()
+            .filter(|(l, _)| l["type"] == labels["type"] && l["lock"] == labels["lock"])
+            .map(|(l, v)| {
+                let le = if l["le"] == "+Inf" {
+                    f64::INFINITY
+                } else {
+                    l["le"].parse().unwrap()
+                };
+                (le, *v)
+            })
+            .collect();
+        series.sort_by(|a, b| a.0.total_cmp(&b.0));
+        assert!(series.len() >= 2, "{labels:?}");
+        assert!(
+            series.windows(2).all(|w| w[0].1 <= w[1].1),
+            "cumulative: {series:?}"
+        );
+        assert_eq!(
+            series.last().unwrap(),
+            &(f64::INFINITY, *count),
+            "{labels:?}"
+        );
+        let contended = contentions
+            .iter()
+            .find(|(l, _)| l["type"] == labels["type"] && l["lock"] == labels["lock"])
+            .unwrap()
+            .1;
+        assert_eq!(
+            contended, *count,
+            "counter and histogram count agree: {labels:?}"
+        );
+    }
+    // Self-metrics: probes attached, BPF run statistics on and counting.
+    let attached = samples(&text, "lockscope_probe_attached");
+    assert!(
+        attached
+            .iter()
+            .any(|(l, v)| l["probe"] == "contention_begin"
+                && l["tier"] == "tracepoint"
+                && *v == 1.0),
+        "{attached:?}"
+    );
+    assert_eq!(samples(&text, "lockscope_bpf_stats_enabled")[0].1, 1.0);
+    let runs = samples(&text, "lockscope_bpf_program_runs_total");
+    let begin_runs = runs
+        .iter()
+        .find(|(l, _)| l["program"] == "contention_begin")
+        .unwrap()
+        .1;
+    assert!(begin_runs > 0.0, "{runs:?}");
+    let run_s = samples(&text, "lockscope_bpf_program_run_seconds_total");
+    assert!(run_s.iter().all(|(_, v)| *v > 0.0), "{run_s:?}");
+    for (reason, _) in samples(&text, "lockscope_events_lost_total") {
+        assert!(reason.contains_key("reason"));
+    }
+
+    // /api/snapshot: the recording so far, in the schema `record -o` writes.
+    let (status, body) = http_get(serve_port, "/api/snapshot").unwrap();
+    assert_eq!(status, 200);
+    let rec: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(rec["schema"], "lockscope.report/2");
+    assert_eq!(rec["target"], "system");
+    let entries = mmap_lock_entries(&rec, Some(churn.0.id() as u64));
+    let waits: u64 = entries
+        .iter()
+        .map(|l| l["contended"].as_u64().unwrap())
+        .sum();
+    assert!(waits > 0, "snapshot has the workload's mmap_lock");
+    // `lockscope report` reads it like a `record -o` file.
+    let snap = dir.join("snapshot.json");
+    std::fs::write(&snap, &body).unwrap();
+    let report = run_ok(lockscope().arg("report").arg(&snap));
+    assert!(String::from_utf8_lossy(&report.stdout).contains(&lock));
+    // The metrics are cumulative too: the snapshot (read later) has at least as many.
+    let metric_waits: f64 = contentions
+        .iter()
+        .filter(|(l, _)| l["lock"] == lock)
+        .map(|(_, v)| v)
+        .sum();
+    assert!(waits as f64 >= metric_waits, "{waits} >= {metric_waits}");
+    // Every metric the Grafana dashboard queries is in this live scrape.
+    let dash = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../deploy/grafana/lockscope.json"
+    ))
+    .unwrap();
+    let mut used = BTreeSet::new();
+    for piece in dash.split("lockscope_").skip(1) {
+        let end = piece
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .unwrap_or(piece.len());
+        used.insert(format!("lockscope_{}", &piece[..end]));
+    }
+    used.remove("lockscope_"); // the dashboard's title and uid
+    for name in &used {
+        assert!(
+            !samples(&text, name).is_empty(),
+            "dashboard queries {name}, not in the scrape"
+        );
+    }
+    let (status, _) = http_get(serve_port, "/nope").unwrap();
+    assert_eq!(status, 404);
+
+    // Once the 10 s window is full of the workload: the steady rate, for the record.
+    thread::sleep(Duration::from_secs(8));
+    let steady = prom_query(prom_port, &format!("sum(rate({selector}[10s]))")).unwrap_or(0.0);
+    println!("steady rate of contention on {lock}: {steady:.0}/s");
+    assert!(churn.0.wait().unwrap().success());
+
+    // SIGTERM: exit 0, every program and link gone, BPF stats state restored.
+    assert_eq!(unsafe { libc::kill(serve.0.id() as i32, libc::SIGTERM) }, 0);
+    let status = wait_until("serve to exit", Duration::from_secs(15), || {
+        serve.0.try_wait().unwrap()
+    });
+    let log = std::fs::read_to_string(&serve_log).unwrap();
+    assert!(status.success(), "{status}: {log}");
+    assert!(
+        log.contains("SIGTERM: stopped serving, probes detached"),
+        "{log}"
+    );
+    let still = loaded_bpf_ids();
+    let left: Vec<_> = ours.intersection(&still).collect();
+    assert!(left.is_empty(), "left attached after exit: {left:?}");
+    assert_eq!(stats_sysctl(), sysctl_before);
+}
+
+#[test]
+fn sigint_detaches_and_exits_zero() {
+    let _serial = serial();
+    let dir = scratch("serve-int");
+    let port = free_port();
+    let log = dir.join("serve.stderr");
+    let mut serve = start_serve(
+        &["--listen", &format!("127.0.0.1:{port}"), "--pid", "1"],
+        &log,
+    );
+    wait_healthy(port, &mut serve, &log);
+    let ours = bpf_ids_of(serve.0.id());
+    // A pid target also follows forks: three programs.
+    assert_eq!(
+        ours.iter().filter(|(k, _)| k == "prog_id").count(),
+        3,
+        "{ours:?}"
+    );
+    let (_, text) = http_get(port, "/metrics").unwrap();
+    assert!(
+        text.contains("lockscope_probe_attached{probe=\"sched_process_fork\""),
+        "{text}"
+    );
+    let (_, body) = http_get(port, "/api/snapshot").unwrap();
+    let rec: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(rec["target"], "pid 1");
+
+    assert_eq!(unsafe { libc::kill(serve.0.id() as i32, libc::SIGINT) }, 0);
+    let status = wait_until("serve to exit", Duration::from_secs(15), || {
+        serve.0.try_wait().unwrap()
+    });
+    assert!(
+        status.success(),
+        "{}",
+        std::fs::read_to_string(&log).unwrap()
+    );
+    let left: Vec<_> = ours.intersection(&loaded_bpf_ids()).cloned().collect();
+    assert!(left.is_empty(), "left attached after exit: {left:?}");
+}
+
+#[test]
+fn bad_config_fails_before_attaching() {
+    let _serial = serial();
+    let dir = scratch("serve-config");
+    let bad = dir.join("bad.toml");
+    for (text, key) in [
+        (
+            "[metrics]\ntop_lock = 5\n",
+            "line 2: unknown field `top_lock`",
+        ),
+        ("[metrics]\ntop_locks = 0\n", "metrics.top_locks"),
+        ("listen = \"nowhere\"\n", "listen:"),
+        ("[probes]\nfutex = true\n", "probes.futex"),
+        ("[target]\npids = [4000000000]\n", "target.pids"),
+        (
+            "[metrics.histogram]\nfactor = 3\n",
+            "metrics.histogram.factor",
+        ),
+    ] {
+        std::fs::write(&bad, text).unwrap();
+        for extra in [&[][..], &["--check-config"][..]] {
+            let out = lockscope()
+                .args(["serve", "--config"])
+                .arg(&bad)
+                .args(extra)
+                .output()
+                .unwrap();
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert!(!out.status.success(), "{text}: should fail");
+            let lines: Vec<&str> = stderr.lines().collect();
+            assert_eq!(lines.len(), 1, "one line: {stderr}");
+            assert!(lines[0].starts_with("lockscope: config "), "{stderr}");
+            assert!(lines[0].contains(key), "{key} in {stderr}");
+            assert!(!stderr.contains("serving"), "{stderr}");
+        }
+    }
+    let good = dir.join("good.toml");
+    std::fs::write(
+        &good,
+        "listen = \"0.0.0.0:9999\"\n[metrics]\ntop_locks = 7\n",
+    )
+    .unwrap();
+    let out = run_ok(
+        lockscope()
+            .args(["serve", "--check-config", "--config"])
+            .arg(&good),
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.starts_with("config OK: listen 0.0.0.0:9999"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("top 7 locks"), "{stdout}");
+
+    // A busy port: refused before any probe is loaded.
+    let busy = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = busy.local_addr().unwrap().port();
+    let out = lockscope()
+        .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.starts_with("lockscope: cannot listen on 127.0.0.1:"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("serving"), "{stderr}");
+}
+
+/// The systemd unit's capability bounding set (deploy/lockscope.service) is enough:
+/// serve runs with only those capabilities, traces, and names callers.
+#[test]
+fn serve_runs_with_only_the_systemd_units_capabilities() {
+    let _serial = serial();
+    require_root();
+    let dir = scratch("serve-caps");
+    let unit = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../deploy/lockscope.service"
+    ))
+    .unwrap();
+    let caps: Vec<String> = unit
+        .lines()
+        .find_map(|l| l.strip_prefix("CapabilityBoundingSet="))
+        .unwrap()
+        .split_whitespace()
+        .map(|c| format!("+{}", c.trim_start_matches("CAP_").to_lowercase()))
+        .collect();
+    let port = free_port();
+    let log = dir.join("serve.stderr");
+    let mut serve = Guard(
+        Command::new("setpriv")
+            .arg(format!("--bounding-set=-all,{}", caps.join(",")))
+            .arg("--inh-caps=-all")
+            .arg(bin())
+            .args([
+                "serve",
+                "--listen",
+                &format!("127.0.0.1:{port}"),
+                "--interval",
+                "250ms",
+            ])
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .expect("setpriv (util-linux)"),
+    );
+    wait_healthy(port, &mut serve, &log);
+    let status = std::fs::read_to_string(format!("/proc/{}/status", serve.0.id())).unwrap();
+    let eff = status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .unwrap()
+        .trim();
+    // CAP_PERFMON (38), CAP_BPF (39), CAP_SYSLOG (34): nothing else.
+    assert_eq!(
+        u64::from_str_radix(eff, 16).unwrap(),
+        (1 << 34) | (1 << 38) | (1 << 39)
+    );
+
+    let churn = run_ok(lockscope().args(["workload", "mmap-churn", "--seconds", "2"]));
+    assert!(churn.status.success());
+    thread::sleep(Duration::from_millis(1000));
+    let (_, body) = http_get(port, "/api/snapshot").unwrap();
+    let rec: Value = serde_json::from_str(&body).unwrap();
+    let entries = mmap_lock_entries(&rec, None);
+    let waits: u64 = entries
+        .iter()
+        .map(|l| l["contended"].as_u64().unwrap())
+        .sum();
+    assert!(waits > 100, "traced with reduced capabilities: {waits}");
+    // CAP_SYSLOG: kallsyms addresses are real, so callers have names.
+    let caller = entries[0]["callers"][0]["caller"].as_str().unwrap();
+    assert!(
+        caller.contains('+') && !caller.starts_with("0x"),
+        "{caller}"
+    );
+    let (_, text) = http_get(port, "/metrics").unwrap();
+    // No CAP_SYS_ADMIN: BPF run statistics are off, and said so.
+    assert!(text.contains("lockscope_bpf_stats_enabled 0"), "{text}");
+    assert!(
+        std::fs::read_to_string(&log)
+            .unwrap()
+            .contains("needs CAP_SYS_ADMIN")
+    );
+
+    assert_eq!(unsafe { libc::kill(serve.0.id() as i32, libc::SIGTERM) }, 0);
+    let status = wait_until("serve to exit", Duration::from_secs(15), || {
+        serve.0.try_wait().unwrap()
+    });
+    assert!(
+        status.success(),
+        "{}",
+        std::fs::read_to_string(&log).unwrap()
+    );
+}
