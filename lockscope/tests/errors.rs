@@ -8,7 +8,12 @@ use std::process::{Command, Output};
 use common::*;
 
 /// The probes' program names as the kernel shows them (truncated to 15 characters).
-const OUR_PROGRAMS: [&str; 3] = ["contention_begi", "contention_end", "sched_process_f"];
+const OUR_PROGRAMS: [&str; 4] = [
+    "contention_begi",
+    "contention_end",
+    "sched_process_f",
+    "futex_",
+];
 
 fn ours_loaded() -> usize {
     loaded_programs()
