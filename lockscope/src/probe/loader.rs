@@ -252,6 +252,8 @@ impl Probes {
 pub enum HookKind {
     TpBtf,
     Fentry,
+    /// A tracefs tracepoint program (the futex syscall probes); `target` is ignored.
+    TracePoint,
 }
 
 /// Ask the kernel whether it accepts a program: load it (verifier included), never attach.
@@ -273,6 +275,10 @@ pub fn try_load(prog: &str, kind: HookKind, target: &str) -> Result<(), String> 
         HookKind::Fentry => {
             let p: &mut aya::programs::FEntry = program.try_into().map_err(|e| format!("{e}"))?;
             p.load(target, &btf)
+        }
+        HookKind::TracePoint => {
+            let p: &mut TracePoint = program.try_into().map_err(|e| format!("{e}"))?;
+            p.load()
         }
     };
     result.map_err(|e| error_chain(&e))
