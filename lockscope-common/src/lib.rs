@@ -7,9 +7,11 @@
 #![no_std]
 
 pub mod contention;
+pub mod futex;
 pub mod hist;
 
 pub use contention::*;
+pub use futex::*;
 pub use hist::*;
 
 /// Compile-time size check for a wire record.

@@ -9,6 +9,7 @@ use crate::{
     aggregate::timeline::LockTotals,
     aggregate::{
         Recording,
+        futex::{FutexEvents, futex_type_filtered},
         recording::{EventCounts, SCHEMA, build_locks, lost_counts},
     },
     probe::{LoadOptions, Probes, features},
@@ -24,6 +25,8 @@ pub struct Session {
     started_at: SystemTime,
     start: Instant,
     stopped_after: Option<f64>,
+    /// User-space lock types asked for (`None`: all).
+    futex_types: Option<Vec<crate::decode::LockType>>,
 }
 
 impl Session {
@@ -38,6 +41,10 @@ impl Session {
             started_at: SystemTime::now(),
             start: Instant::now(),
             stopped_after: None,
+            futex_types: opts
+                .types
+                .as_ref()
+                .map(|ts| ts.iter().copied().filter(|t| t.is_user()).collect()),
         })
     }
 
@@ -54,7 +61,8 @@ impl Session {
 
     /// Everything aggregated since the start, as a recording.
     pub fn snapshot(&self) -> anyhow::Result<Recording> {
-        let raw = read_snapshot(self.probes.ebpf())?;
+        let mut raw = read_snapshot(self.probes.ebpf(), self.probes.futex)?;
+        raw.futex.types = self.futex_types.clone();
         let mut lost = lost_counts(&raw.counters);
         let locks = build_locks(&raw, &self.names, &mut lost);
         Ok(Recording {
@@ -74,6 +82,10 @@ impl Session {
             lost,
             locks,
             timeline: None,
+            futex_events: raw
+                .futex
+                .enabled
+                .then(|| FutexEvents::from_snapshot(&raw.futex, futex_type_filtered(&raw.futex))),
         })
     }
 

@@ -1,5 +1,6 @@
 //! Aggregation: wait statistics, the recording model, and report rows. Pure.
 
+pub mod futex;
 pub mod rates;
 pub mod recording;
 pub mod rows;

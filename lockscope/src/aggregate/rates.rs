@@ -376,6 +376,7 @@ mod tests {
         LockEntry {
             addr: addr.into(),
             lock_type: t,
+            user: None,
             name: format!("lock {addr}"),
             owner: Some(Owner {
                 field: "mmap_lock".into(),
@@ -417,6 +418,7 @@ mod tests {
             lost: [("stats_map_full".to_owned(), lost)].into(),
             locks,
             timeline: None,
+            futex_events: None,
         }
     }
 

@@ -6,7 +6,10 @@ use std::collections::{BTreeMap, HashMap};
 use lockscope_common::{COUNTERS_LEN, ContentionKey, LockInfo};
 use serde::{Deserialize, Serialize};
 
-use super::WaitStats;
+use super::{
+    WaitStats,
+    futex::{FutexEvents, FutexSnapshot, UserLock, build_futex_locks, futex_lost},
+};
 use crate::decode::{LockOwner, LockType};
 
 pub const SCHEMA: &str = "lockscope.report/2";
@@ -23,6 +26,8 @@ pub struct RawSnapshot {
     pub counters: [u64; COUNTERS_LEN as usize],
     /// Waits begun but not ended when the snapshot was taken.
     pub in_progress: u64,
+    /// User-space locks: the futex probes' aggregates.
+    pub futex: FutexSnapshot,
 }
 
 /// One symbolized stack frame.
@@ -68,6 +73,9 @@ pub struct Recording {
     /// Contention per interval over the run (schema 2; absent in version 1 files).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeline: Option<super::timeline::Timeline>,
+    /// Futex syscalls seen (when the futex probes ran).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub futex_events: Option<FutexEvents>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -93,6 +101,9 @@ pub struct LockEntry {
     pub stats: WaitStats,
     pub callers: Vec<CallerEntry>,
     pub tasks: Vec<TaskEntry>,
+    /// User-space locks (futex words): `pid`, `comm` and the `futex` object.
+    #[serde(flatten, default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<UserLock>,
 }
 
 /// The process whose structure holds the lock (for `mmap_lock`, `siglock`, `pi_lock`).
@@ -239,9 +250,15 @@ pub fn build_locks(
                 stats: acc.stats,
                 callers,
                 tasks,
+                user: None,
             }
         })
         .collect();
+    if raw.futex.enabled {
+        let (futex_locks, _filtered) = build_futex_locks(&raw.futex, &raw.comms);
+        locks.extend(futex_locks);
+        lost.extend(futex_lost(&raw.futex));
+    }
     locks.sort_by(|a, b| {
         b.stats
             .total_ns
@@ -422,6 +439,7 @@ pub(crate) mod tests {
             lost,
             locks,
             timeline: None,
+            futex_events: None,
         }
     }
 

@@ -5,8 +5,52 @@ use std::{path::Path, process::ExitCode};
 use crate::probe::{
     btf::{KernelBtf, KernelOffsets, VMLINUX_BTF},
     features,
-    loader::{HookKind, try_load},
+    loader::{FUTEX_PROGRAMS, FUTEX_RESTART_EXIT, HookKind, try_load},
 };
+
+/// The futex syscall probes (user-space locks) and what pthread attribution would need.
+fn futex_rows(tracefs: Option<&Path>, can_load: bool) {
+    let mut tried: Vec<(&str, Result<(), String>)> = Vec::new();
+    for (prog, tp) in FUTEX_PROGRAMS.into_iter().chain([FUTEX_RESTART_EXIT]) {
+        let exists = tracefs.is_some_and(|t| features::tracepoint_exists(t, "syscalls", tp));
+        let status = if !can_load {
+            Err("not tried: needs BTF and privileges".to_owned())
+        } else if !exists {
+            Err(format!(
+                "no syscalls:{tp} tracepoint in this kernel{}",
+                if tp.ends_with("_futex") {
+                    ": futexes cannot be traced"
+                } else {
+                    " (optional: those calls are not seen)"
+                }
+            ))
+        } else if let Some((_, r)) = tried.iter().find(|(p, _)| *p == prog) {
+            r.clone()
+        } else {
+            let r = try_load(prog, HookKind::TracePoint, tp);
+            tried.push((prog, r.clone()));
+            r
+        };
+        let (word, detail) = match status {
+            Ok(()) => ("available", format!("user-space locks ({prog})")),
+            Err(e) => ("missing", e),
+        };
+        println!("{tp:<26} {:<11} {word:<10} {detail}", "tracepoint");
+    }
+    let uprobes = Path::new("/sys/bus/event_source/devices/uprobe").exists();
+    println!(
+        "{:<26} {:<11} {:<10} {}",
+        "pthread attribution",
+        "uprobe",
+        "missing",
+        if uprobes {
+            "kernel has the uprobe PMU; libc uprobes (pthread_mutex_lock, ...) are not in \
+             this version: futex words are named by address"
+        } else {
+            "no uprobe PMU (CONFIG_UPROBE_EVENTS off): futex words are named by address"
+        }
+    );
+}
 
 struct Check {
     what: &'static str,
@@ -133,6 +177,7 @@ pub fn run() -> anyhow::Result<ExitCode> {
         };
         println!("{tp:<22} {:<11} {word:<10} {detail}", "tracepoint");
     }
+    futex_rows(tracefs.as_ref().ok().map(|p| p.as_path()), can_load);
     println!(
         "{:<22} {:<11} {:<10} {}",
         "rwsem/qspinlock deep",

@@ -84,7 +84,14 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let mut session = Session::start(
         &LoadOptions {
             target: settings.target.clone(),
-            types: settings.types.clone(),
+            // Kernel lock types only by default: the futex probes have no metrics here yet
+            // (`probes.futex` is refused by the config), so they stay detached.
+            types: Some(
+                settings
+                    .types
+                    .clone()
+                    .unwrap_or_else(|| crate::decode::LockType::ALL.to_vec()),
+            ),
         },
         describe_target(&settings.target),
     )?;

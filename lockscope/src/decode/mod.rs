@@ -1,5 +1,7 @@
 //! Raw map contents -> typed lock events. Pure: no kernel access here.
 
+pub mod futex;
+
 use std::fmt;
 
 use lockscope_common::{
@@ -28,6 +30,10 @@ pub enum LockType {
     PcpuSemRead,
     PcpuSemWrite,
     Semaphore,
+    /// A user-space futex word (wait-wake futex), from the futex syscall probes.
+    Futex,
+    /// A user-space PI futex word (LOCK_PI / UNLOCK_PI / TRYLOCK_PI, requeue-PI).
+    FutexPi,
 }
 
 impl LockType {
@@ -46,6 +52,19 @@ impl LockType {
         LockType::PcpuSemWrite,
         LockType::Semaphore,
     ];
+
+    /// User-space lock types: not from `LCB_F_*` flags but from the futex probes.
+    pub const USER: [LockType; 2] = [LockType::Futex, LockType::FutexPi];
+
+    /// Every type, kernel ([`LockType::ALL`]) then user ([`LockType::USER`]).
+    pub fn every() -> impl Iterator<Item = LockType> {
+        Self::ALL.into_iter().chain(Self::USER)
+    }
+
+    /// A user-space lock (futex), not a kernel lock.
+    pub fn is_user(self) -> bool {
+        Self::USER.contains(&self)
+    }
 
     /// Decode `contention_begin` flags. Unknown bits or combinations are an error, never
     /// guessed.
@@ -72,6 +91,7 @@ impl LockType {
     }
 
     /// The flags value this type is recorded with (inverse of [`LockType::from_flags`]).
+    /// User-space types have no `LCB_F_*` flags: `u32::MAX`, which no kernel wait has.
     pub fn flags(self) -> u32 {
         match self {
             LockType::Spinlock => LCB_F_SPIN,
@@ -87,6 +107,7 @@ impl LockType {
             LockType::PcpuSemRead => LCB_F_PERCPU | LCB_F_READ,
             LockType::PcpuSemWrite => LCB_F_PERCPU | LCB_F_WRITE,
             LockType::Semaphore => 0,
+            LockType::Futex | LockType::FutexPi => u32::MAX,
         }
     }
 
@@ -105,13 +126,15 @@ impl LockType {
             LockType::PcpuSemRead => "pcpu-sem:R",
             LockType::PcpuSemWrite => "pcpu-sem:W",
             LockType::Semaphore => "semaphore",
+            LockType::Futex => "futex",
+            LockType::FutexPi => "futex-pi",
         }
     }
 
     /// Parse a type name as printed by [`LockType::name`]. Also accepts a family name
     /// (`rwsem`, `rwlock`, `pcpu-sem`, `rwlock-rt`, `mutex`) for all its variants.
     pub fn parse_list(name: &str) -> Result<Vec<LockType>, String> {
-        let exact: Vec<_> = Self::ALL.into_iter().filter(|t| t.name() == name).collect();
+        let exact: Vec<_> = Self::every().filter(|t| t.name() == name).collect();
         if !exact.is_empty() {
             return Ok(exact);
         }
@@ -123,7 +146,7 @@ impl LockType {
             })
             .collect();
         if family.is_empty() {
-            let known: Vec<_> = Self::ALL.iter().map(|t| t.name()).collect();
+            let known: Vec<_> = Self::every().map(|t| t.name()).collect();
             return Err(format!(
                 "unknown lock type `{name}` (known: {})",
                 known.join(", ")
@@ -148,8 +171,7 @@ impl Serialize for LockType {
 impl<'de> Deserialize<'de> for LockType {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let s = String::deserialize(d)?;
-        LockType::ALL
-            .into_iter()
+        LockType::every()
             .find(|t| t.name() == s)
             .ok_or_else(|| serde::de::Error::custom(format!("unknown lock type `{s}`")))
     }
@@ -166,7 +188,10 @@ impl fmt::Display for UnknownFlags {
 
 /// The bitmask of flag values to record for a set of types (`ProbeConfig::flags_mask`).
 pub fn flags_mask(types: &[LockType]) -> u64 {
-    types.iter().fold(0u64, |m, t| m | (1u64 << t.flags()))
+    types
+        .iter()
+        .filter(|t| !t.is_user())
+        .fold(0u64, |m, t| m | (1u64 << t.flags()))
 }
 
 /// Sum a per-CPU map value over CPUs.
@@ -294,6 +319,32 @@ mod tests {
     fn mask_has_one_bit_per_type() {
         let m = flags_mask(&[LockType::RwsemRead, LockType::Spinlock]);
         assert_eq!(m, (1 << LCB_F_READ) | (1 << LCB_F_SPIN));
+        // User-space types add nothing to the kernel mask.
+        assert_eq!(flags_mask(&[LockType::Futex, LockType::FutexPi]), 0);
+    }
+
+    #[test]
+    fn user_types_parse_and_never_match_kernel_flags() {
+        assert_eq!(
+            LockType::parse_list("futex").unwrap(),
+            vec![LockType::Futex]
+        );
+        assert_eq!(
+            LockType::parse_list("futex-pi").unwrap(),
+            vec![LockType::FutexPi]
+        );
+        for t in LockType::USER {
+            assert!(t.is_user());
+            assert!(LockType::from_flags(t.flags()).is_err());
+            let j = serde_json::to_string(&t).unwrap();
+            assert_eq!(serde_json::from_str::<LockType>(&j).unwrap(), t);
+        }
+        assert!(!LockType::Mutex.is_user());
+        assert!(
+            LockType::parse_list("bogus")
+                .unwrap_err()
+                .contains("futex-pi")
+        );
     }
 
     #[test]

@@ -7,9 +7,9 @@ use anyhow::{Context as _, anyhow, bail};
 use aya::{
     Btf, Ebpf, EbpfLoader,
     maps::HashMap as BpfHashMap,
-    programs::{BtfTracePoint, Link as _, links::FdLink},
+    programs::{BtfTracePoint, Link as _, TracePoint, links::FdLink, trace_point::TracePointLink},
 };
-use lockscope_common::{FILTER_ALL, FILTER_CGROUP, FILTER_TGIDS, ProbeConfig};
+use lockscope_common::{FILTER_ALL, FILTER_CGROUP, FILTER_TGIDS, ProbeConfig, futex_stats_entries};
 
 use super::{
     btf::{KernelBtf, KernelOffsets, VMLINUX_BTF},
@@ -45,6 +45,38 @@ pub struct Probes {
     ebpf: Ebpf,
     links: Vec<(String, FdLink)>,
     pub tier: &'static str,
+    /// Tracefs tracepoint links (the futex syscall probes).
+    tp_links: Vec<(String, TracePointLink)>,
+    /// The futex probes are attached (user-space locks are recorded).
+    pub futex: bool,
+    /// Futex tracepoints this kernel lacks (not attached), e.g. `sys_enter_futex_waitv`.
+    pub futex_missing: Vec<String>,
+}
+
+/// Futex syscall probes: (program, tracepoint in category `syscalls`). The exit program
+/// is attached to the exit of every futex syscall; `restart_syscall` continues timed waits
+/// interrupted by a signal.
+pub const FUTEX_PROGRAMS: [(&str, &str); 11] = [
+    ("futex_enter", "sys_enter_futex"),
+    ("futex_exit", "sys_exit_futex"),
+    ("futex_wait_enter", "sys_enter_futex_wait"),
+    ("futex_exit", "sys_exit_futex_wait"),
+    ("futex_wake_enter", "sys_enter_futex_wake"),
+    ("futex_exit", "sys_exit_futex_wake"),
+    ("futex_waitv_enter", "sys_enter_futex_waitv"),
+    ("futex_exit", "sys_exit_futex_waitv"),
+    ("futex_requeue_enter", "sys_enter_futex_requeue"),
+    ("futex_exit", "sys_exit_futex_requeue"),
+    ("futex_restart_enter", "sys_enter_restart_syscall"),
+];
+/// Attached after the others, so that no restart is continued before its exit probe runs.
+pub const FUTEX_RESTART_EXIT: (&str, &str) = ("futex_restart_exit", "sys_exit_restart_syscall");
+
+/// Record user-space locks for these types (`None`: all types)?
+pub fn wants_futex(types: &Option<Vec<LockType>>) -> bool {
+    types
+        .as_ref()
+        .is_none_or(|ts| ts.iter().any(|t| t.is_user()))
 }
 
 /// Tracepoint-tier programs: (program name in the object, BTF tracepoint name).
@@ -100,9 +132,11 @@ impl Probes {
         }
 
         let btf = Btf::from_sys_fs().context("reading kernel BTF")?;
+        let cpus = aya::util::nr_cpus().map(|n| n as u32).unwrap_or(1);
         let mut ebpf = EbpfLoader::new()
             .btf(Some(&btf))
             .override_global("CONFIG", &config, true)
+            .map_max_entries("FUTEX_STATS", futex_stats_entries(cpus))
             .load(PROBES_OBJ)
             .context("loading the eBPF probes into the kernel")?;
 
@@ -120,9 +154,15 @@ impl Probes {
             ebpf,
             links: Vec::new(),
             tier: "tracepoint",
+            tp_links: Vec::new(),
+            futex: false,
+            futex_missing: Vec::new(),
         };
         for (prog, tp) in CONTENTION_PROGRAMS {
             probes.attach_tp_btf(prog, tp, &btf)?;
+        }
+        if wants_futex(&opts.types) {
+            probes.attach_futex()?;
         }
         if config.filter_mode == FILTER_TGIDS {
             probes.attach_tp_btf("sched_process_fork", "sched_process_fork", &btf)?;
@@ -147,14 +187,57 @@ impl Probes {
         Ok(())
     }
 
+    /// Attach the futex syscall probes that this kernel has tracepoints for. The
+    /// futex(2) pair is required; the futex2 syscalls and restart_syscall are optional
+    /// (missing ones are listed in `futex_missing`).
+    fn attach_futex(&mut self) -> anyhow::Result<()> {
+        let tracefs = features::tracefs_path();
+        for (prog, tp) in FUTEX_PROGRAMS.into_iter().chain([FUTEX_RESTART_EXIT]) {
+            if !features::tracepoint_exists(&tracefs, "syscalls", tp) {
+                if tp.ends_with("_futex") {
+                    bail!(
+                        "this kernel has no syscalls:{tp} tracepoint \
+                         (needs CONFIG_FTRACE_SYSCALLS); cannot trace futexes"
+                    );
+                }
+                self.futex_missing.push(tp.to_owned());
+                continue;
+            }
+            let program: &mut TracePoint = self
+                .ebpf
+                .program_mut(prog)
+                .ok_or_else(|| anyhow!("program {prog} missing from the eBPF object"))?
+                .try_into()?;
+            if program.fd().is_err() {
+                program
+                    .load()
+                    .map_err(|e| anyhow!("loading {prog}: {}", error_chain(&e)))?;
+            }
+            let id = program
+                .attach("syscalls", tp)
+                .with_context(|| format!("attaching tracepoint/syscalls/{tp}"))?;
+            let link = program.take_link(id)?;
+            self.tp_links.push((tp.to_owned(), link));
+        }
+        self.futex = true;
+        Ok(())
+    }
+
     /// Names of the attached probes.
     pub fn attached(&self) -> Vec<String> {
-        self.links.iter().map(|(n, _)| n.clone()).collect()
+        self.links
+            .iter()
+            .map(|(n, _)| n.clone())
+            .chain(self.tp_links.iter().map(|(n, _)| n.clone()))
+            .collect()
     }
 
     /// Detach every program: no new events after this returns; maps stay readable.
     pub fn detach(&mut self) {
         for (_, link) in self.links.drain(..) {
+            let _ = link.detach();
+        }
+        for (_, link) in self.tp_links.drain(..) {
             let _ = link.detach();
         }
     }
@@ -169,6 +252,8 @@ impl Probes {
 pub enum HookKind {
     TpBtf,
     Fentry,
+    /// A tracefs tracepoint program (the futex syscall probes); `target` is ignored.
+    TracePoint,
 }
 
 /// Ask the kernel whether it accepts a program: load it (verifier included), never attach.
@@ -190,6 +275,10 @@ pub fn try_load(prog: &str, kind: HookKind, target: &str) -> Result<(), String> 
         HookKind::Fentry => {
             let p: &mut aya::programs::FEntry = program.try_into().map_err(|e| format!("{e}"))?;
             p.load(target, &btf)
+        }
+        HookKind::TracePoint => {
+            let p: &mut TracePoint = program.try_into().map_err(|e| format!("{e}"))?;
+            p.load()
         }
     };
     result.map_err(|e| error_chain(&e))

@@ -441,6 +441,7 @@ mod tests {
         LockEntry {
             addr: format!("0x{:x}", name.len()),
             lock_type: t,
+            user: None,
             name: name.to_owned(),
             owner: None,
             stats: wait(ns, n),

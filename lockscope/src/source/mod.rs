@@ -3,6 +3,8 @@
 
 pub mod remote;
 
+pub mod futex;
+
 use anyhow::Context as _;
 use aya::{
     Ebpf,
@@ -59,8 +61,8 @@ pub fn read_lock_totals(ebpf: &Ebpf) -> anyhow::Result<Vec<LockTotals>> {
         .collect())
 }
 
-/// Everything the probes aggregated so far.
-pub fn read_snapshot(ebpf: &Ebpf) -> anyhow::Result<RawSnapshot> {
+/// Everything the probes aggregated so far. `futex`: the futex probes are attached.
+pub fn read_snapshot(ebpf: &Ebpf, futex: bool) -> anyhow::Result<RawSnapshot> {
     let mut raw = RawSnapshot {
         counters: read_counters(ebpf)?,
         ..Default::default()
@@ -105,5 +107,8 @@ pub fn read_snapshot(ebpf: &Ebpf) -> anyhow::Result<RawSnapshot> {
         PerCpuArray::try_from(ebpf.map("CPU_WAIT_DEPTH").context("CPU_WAIT_DEPTH map")?)?;
     let spinning: u64 = cpu_depth.get(&0, 0)?.iter().map(|&d| d as u64).sum();
     raw.in_progress = task_waits.keys().count() as u64 + spinning;
+    if futex {
+        raw.futex = futex::read_futex(ebpf, &mut raw.comms)?;
+    }
     Ok(raw)
 }

@@ -13,10 +13,17 @@
 
 mod churn;
 mod fault;
+mod futex_mutex;
+mod futex_rwlock;
+mod futex_sys;
+mod pthread_mutex;
 mod sys;
 
 pub use churn::MmapChurnArgs;
 pub use fault::MmapFaultArgs;
+pub use futex_mutex::FutexMutexArgs;
+pub use futex_rwlock::FutexRwlockArgs;
+pub use pthread_mutex::PthreadMutexArgs;
 
 /// A built-in workload that generates kernel lock contention.
 #[derive(Debug, clap::Subcommand)]
@@ -67,6 +74,39 @@ pub enum Workload {
     /// per role, per second and in total.
     #[command(verbatim_doc_comment)]
     MmapChurn(MmapChurnArgs),
+
+    /// Threads taking one user-space futex mutex; counts its own futex calls.
+    ///
+    /// A wait-wake mutex (Drepper's three-state mutex: 0 free, 1 locked,
+    /// 2 locked with waiters), or with --pi a PI futex mutex (the word holds
+    /// the owner's TID; contended lock/unlock call FUTEX_LOCK_PI and
+    /// FUTEX_UNLOCK_PI), as in `perf bench futex mutex`. Every thread counts
+    /// its FUTEX_WAIT calls, the EAGAIN returns among them, FUTEX_WAKE calls,
+    /// the tasks they woke (sum of FUTEX_WAKE's return values), and
+    /// LOCK_PI/UNLOCK_PI calls. At the end it prints them with the lock's
+    /// address, total lock/unlock pairs and per-thread rates (avg/min/max), so
+    /// `lockscope record -- lockscope workload futex-mutex` can be checked
+    /// exactly against the workload's own counts.
+    #[command(verbatim_doc_comment)]
+    FutexMutex(FutexMutexArgs),
+
+    /// Readers and writers on one user-space futex rwlock; counts its own
+    /// futex calls.
+    ///
+    /// One futex word holds the reader count, a writer bit and a waiters bit;
+    /// blocked threads wait on the word and are all woken by the last reader
+    /// out or the writer's unlock. --read-pct sets the share of reads.
+    /// Prints the same counters as futex-mutex, plus read and write ops.
+    #[command(verbatim_doc_comment)]
+    FutexRwlock(FutexRwlockArgs),
+
+    /// Threads taking one plain glibc pthread mutex.
+    ///
+    /// glibc waits on the futex word at the start of the mutex, so the
+    /// recording shows a futex at the printed lock address. glibc does not
+    /// expose its own futex call counts, so only ops and rates are printed.
+    #[command(verbatim_doc_comment)]
+    PthreadMutex(PthreadMutexArgs),
 }
 
 /// Runs the selected workload to completion, printing its summary on stdout.
@@ -74,5 +114,8 @@ pub fn run(w: &Workload) -> anyhow::Result<()> {
     match w {
         Workload::MmapFault(args) => fault::run(args),
         Workload::MmapChurn(args) => churn::run(args),
+        Workload::FutexMutex(args) => futex_mutex::run(args),
+        Workload::FutexRwlock(args) => futex_rwlock::run(args),
+        Workload::PthreadMutex(args) => pthread_mutex::run(args),
     }
 }

@@ -89,7 +89,12 @@ pub fn loaded_programs() -> Vec<(u64, String)> {
 }
 
 /// The probes' program names as the kernel shows them (truncated to 15 characters).
-const OUR_PROGRAMS: [&str; 3] = ["contention_begi", "contention_end", "sched_process_f"];
+const OUR_PROGRAMS: [&str; 4] = [
+    "contention_begi",
+    "contention_end",
+    "sched_process_f",
+    "futex_",
+];
 
 /// Marks the programs that exist now; [`ProgramWatch::assert_none_left`] then fails if a
 /// lockscope program loaded after this point is still loaded.

@@ -37,6 +37,7 @@ fn lock(addr: &str, t: LockType, name: &str, tasks: &[(u32, &str, WaitStats)]) -
     LockEntry {
         addr: addr.into(),
         lock_type: t,
+        user: None,
         name: name.into(),
         owner: name.starts_with("mmap_lock").then(|| Owner {
             field: "mmap_lock".into(),
@@ -77,6 +78,7 @@ fn recording(duration_s: f64, lost: u64, locks: Vec<LockEntry>) -> Recording {
         lost: [("stats_map_full".to_owned(), lost)].into(),
         locks,
         timeline: None,
+        futex_events: None,
     }
 }
 

@@ -1,0 +1,528 @@
+//! User-space locks: what the futex syscall tracepoints feed (`sys_enter/exit_futex` and
+//! the futex2 syscalls `futex_wait`, `futex_wake`, `futex_waitv`, `futex_requeue`).
+//!
+//! A call is kept per thread from its `sys_enter` to its `sys_exit` (through restarts),
+//! then aggregated per (process, futex word address) in a per-CPU hash.
+
+use crate::{ContentionStats, assert_size};
+
+/// futex(2) commands (`op & FUTEX_CMD_MASK`, include/uapi/linux/futex.h).
+pub const FUTEX_WAIT: u32 = 0;
+pub const FUTEX_WAKE: u32 = 1;
+pub const FUTEX_FD: u32 = 2;
+pub const FUTEX_REQUEUE: u32 = 3;
+pub const FUTEX_CMP_REQUEUE: u32 = 4;
+pub const FUTEX_WAKE_OP: u32 = 5;
+pub const FUTEX_LOCK_PI: u32 = 6;
+pub const FUTEX_UNLOCK_PI: u32 = 7;
+pub const FUTEX_TRYLOCK_PI: u32 = 8;
+pub const FUTEX_WAIT_BITSET: u32 = 9;
+pub const FUTEX_WAKE_BITSET: u32 = 10;
+pub const FUTEX_WAIT_REQUEUE_PI: u32 = 11;
+pub const FUTEX_CMP_REQUEUE_PI: u32 = 12;
+pub const FUTEX_LOCK_PI2: u32 = 13;
+/// Flags of futex(2)'s `op`.
+pub const FUTEX_PRIVATE_FLAG: u32 = 128;
+pub const FUTEX_CLOCK_REALTIME: u32 = 256;
+pub const FUTEX_CMD_MASK: u32 = !(FUTEX_PRIVATE_FLAG | FUTEX_CLOCK_REALTIME);
+
+/// The futex2 syscalls get command slots after futex(2)'s own commands.
+pub const FUTEX2_WAIT: u32 = 14;
+pub const FUTEX2_WAKE: u32 = 15;
+pub const FUTEX2_WAITV: u32 = 16;
+pub const FUTEX2_REQUEUE: u32 = 17;
+/// A futex(2) `op` whose command the kernel does not know (it returns -ENOSYS).
+pub const FUTEX_CMD_UNKNOWN: u32 = 18;
+/// Slots of [`FutexStats::calls`].
+pub const FUTEX_CMD_SLOTS: usize = 20;
+
+/// futex2 flags (`FUTEX2_*`): size in the low two bits, NUMA, MPOL, PRIVATE.
+pub const FUTEX2_SIZE_MASK: u32 = 0x03;
+pub const FUTEX2_NUMA: u32 = 0x04;
+pub const FUTEX2_MPOL: u32 = 0x08;
+pub const FUTEX2_PRIVATE: u32 = FUTEX_PRIVATE_FLAG;
+
+/// The futex word of a PI futex: owner TID and two state bits.
+pub const FUTEX_WAITERS: u32 = 0x8000_0000;
+pub const FUTEX_OWNER_DIED: u32 = 0x4000_0000;
+pub const FUTEX_TID_MASK: u32 = 0x3fff_ffff;
+
+/// Return values the exit probe tells apart (negated errno).
+pub const RET_EINTR: i64 = -4;
+pub const RET_EAGAIN: i64 = -11;
+pub const RET_ETIMEDOUT: i64 = -110;
+/// Kernel-internal restart codes: the syscall is re-executed (`ERESTARTSYS`,
+/// `ERESTARTNOINTR`, `ERESTARTNOHAND`) or continued by `restart_syscall`
+/// (`ERESTART_RESTARTBLOCK`, timed waits) once a signal was handled.
+pub const RET_ERESTARTSYS: i64 = -512;
+pub const RET_ERESTARTNOINTR: i64 = -513;
+pub const RET_ERESTARTNOHAND: i64 = -514;
+pub const RET_ERESTART_RESTARTBLOCK: i64 = -516;
+
+/// What a command does, for the counters.
+pub const FUTEX_CLASS_OTHER: u32 = 0;
+/// Blocks until woken, timed out or interrupted (WAIT, WAIT_BITSET, WAIT_REQUEUE_PI,
+/// futex_wait, futex_waitv).
+pub const FUTEX_CLASS_WAIT: u32 = 1;
+/// Wakes waiters; returns how many (WAKE, WAKE_BITSET, WAKE_OP, futex_wake).
+pub const FUTEX_CLASS_WAKE: u32 = 2;
+/// Wakes some and moves others; returns how many were woken or moved.
+pub const FUTEX_CLASS_REQUEUE: u32 = 3;
+/// Takes a PI futex in the kernel, blocking (LOCK_PI, LOCK_PI2).
+pub const FUTEX_CLASS_LOCK_PI: u32 = 4;
+pub const FUTEX_CLASS_UNLOCK_PI: u32 = 5;
+pub const FUTEX_CLASS_TRYLOCK_PI: u32 = 6;
+
+/// The class of a command slot. Shared by the probes and userspace so they agree.
+#[inline(always)]
+pub const fn futex_class(cmd: u32) -> u32 {
+    match cmd {
+        FUTEX_WAIT | FUTEX_WAIT_BITSET | FUTEX_WAIT_REQUEUE_PI | FUTEX2_WAIT | FUTEX2_WAITV => {
+            FUTEX_CLASS_WAIT
+        }
+        FUTEX_WAKE | FUTEX_WAKE_BITSET | FUTEX_WAKE_OP | FUTEX2_WAKE => FUTEX_CLASS_WAKE,
+        FUTEX_REQUEUE | FUTEX_CMP_REQUEUE | FUTEX_CMP_REQUEUE_PI | FUTEX2_REQUEUE => {
+            FUTEX_CLASS_REQUEUE
+        }
+        FUTEX_LOCK_PI | FUTEX_LOCK_PI2 => FUTEX_CLASS_LOCK_PI,
+        FUTEX_UNLOCK_PI => FUTEX_CLASS_UNLOCK_PI,
+        FUTEX_TRYLOCK_PI => FUTEX_CLASS_TRYLOCK_PI,
+        _ => FUTEX_CLASS_OTHER,
+    }
+}
+
+/// The command slot of a futex(2) `op`.
+#[inline(always)]
+pub const fn futex_cmd_slot(op: u32) -> u32 {
+    let cmd = op & FUTEX_CMD_MASK;
+    if cmd <= FUTEX_LOCK_PI2 {
+        cmd
+    } else {
+        FUTEX_CMD_UNKNOWN
+    }
+}
+
+/// Aggregation key: one futex word of one process. Private and shared futexes alike are
+/// keyed by the waiter's (tgid, uaddr); shared use is counted in `shared_calls`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct FutexKey {
+    pub uaddr: u64,
+    pub tgid: u32,
+    pub _pad: u32,
+}
+assert_size!(FutexKey, 16);
+
+/// Per-(tgid, uaddr) figures on one CPU (the map is per-CPU; userspace sums CPUs).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FutexStats {
+    /// Blocking calls (wait class and LOCK_PI) that slept or could have: every such call
+    /// except those that returned `EAGAIN` or another immediate error. `failed` counts
+    /// timeouts and interruptions.
+    pub wait: ContentionStats,
+    /// Calls by command slot (`FUTEX_*` / `FUTEX2_*` / `FUTEX_CMD_UNKNOWN`).
+    pub calls: [u64; FUTEX_CMD_SLOTS],
+    /// Wait-class calls that returned `EAGAIN`: the word had changed, no wait.
+    pub eagain: u64,
+    /// Blocking calls that returned `ETIMEDOUT`.
+    pub timeouts: u64,
+    /// Blocking calls interrupted by a signal (`EINTR`, or a restart that never resumed).
+    pub interrupted: u64,
+    /// Calls that failed with any other error.
+    pub errors: u64,
+    /// Tasks woken by wake-class calls (sum of their return values).
+    pub woken: u64,
+    /// Tasks woken or requeued by requeue-class calls (sum of their return values).
+    pub requeued: u64,
+    /// Restarts after a signal (re-executed syscall or `restart_syscall`).
+    pub restarts: u64,
+    /// Calls whose exit never came (a newer call of the same thread replaced them).
+    pub unpaired: u64,
+    /// Calls without the private flag (the futex may be shared between processes).
+    pub shared_calls: u64,
+    /// Owner TID read from the futex word at the latest LOCK_PI / TRYLOCK_PI entry that
+    /// found an owner, and when (ns, `bpf_ktime_get_ns`), to pick the latest across CPUs.
+    pub pi_owner_tid: u64,
+    pub pi_owner_ts: u64,
+    /// LOCK_PI entries that found `FUTEX_OWNER_DIED` set.
+    pub pi_owner_died: u64,
+    /// LOCK_PI / TRYLOCK_PI entries whose futex word could not be read.
+    pub pi_word_unreadable: u64,
+}
+assert_size!(
+    FutexStats,
+    core::mem::size_of::<ContentionStats>() + 8 * FUTEX_CMD_SLOTS + 8 * 13
+);
+
+impl FutexStats {
+    pub const EMPTY: Self = Self {
+        wait: ContentionStats::EMPTY,
+        calls: [0; FUTEX_CMD_SLOTS],
+        eagain: 0,
+        timeouts: 0,
+        interrupted: 0,
+        errors: 0,
+        woken: 0,
+        requeued: 0,
+        restarts: 0,
+        unpaired: 0,
+        shared_calls: 0,
+        pi_owner_tid: 0,
+        pi_owner_ts: 0,
+        pi_owner_died: 0,
+        pi_word_unreadable: 0,
+    };
+}
+
+impl Default for FutexStats {
+    fn default() -> Self {
+        Self::EMPTY
+    }
+}
+
+/// `FutexCall::state`: in the syscall.
+pub const FUTEX_CALL_ACTIVE: u32 = 0;
+/// Left with `ERESTARTSYS`/`ERESTARTNOINTR`/`ERESTARTNOHAND`: the same syscall may be
+/// re-executed with the same arguments.
+pub const FUTEX_CALL_RESTART_SAME: u32 = 1;
+/// Left with `ERESTART_RESTARTBLOCK`: `restart_syscall` may continue it.
+pub const FUTEX_CALL_RESTART_BLOCK: u32 = 2;
+
+/// `FutexCall::flags` bits.
+pub const FUTEX_CALL_SHARED: u32 = 1;
+/// `pi_word` holds the futex word read at entry.
+pub const FUTEX_CALL_PI_WORD: u32 = 2;
+pub const FUTEX_CALL_PI_UNREADABLE: u32 = 4;
+
+/// A futex call in progress, per thread, from `sys_enter` to its final `sys_exit`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FutexCall {
+    /// Entry time of the first attempt (restarts keep it).
+    pub ts_ns: u64,
+    pub uaddr: u64,
+    /// futex_waitv / futex_requeue: the `waiters` array (to attribute the exit).
+    pub waiters: u64,
+    pub tgid: u32,
+    /// Command slot.
+    pub cmd: u32,
+    /// futex(2) `op` as passed (to recognise a re-executed call), or futex2 flags.
+    pub op: u32,
+    /// futex_waitv: number of waiters.
+    pub nr: u32,
+    /// One of `FUTEX_CALL_*` states.
+    pub state: u32,
+    /// `FUTEX_CALL_*` flag bits.
+    pub flags: u32,
+    /// The futex word at LOCK_PI / TRYLOCK_PI entry.
+    pub pi_word: u32,
+    pub restarts: u32,
+}
+assert_size!(FutexCall, 56);
+
+/// What the entry probe does with a new call, given the thread's call in progress.
+pub const FUTEX_ENTER_NEW: u32 = 0;
+/// The kernel re-executes a call that left with a restart code: same call, keep its start.
+pub const FUTEX_ENTER_RESUME: u32 = 1;
+/// The previous call's exit never reached us: count it as unpaired, start the new one.
+pub const FUTEX_ENTER_REPLACE_UNPAIRED: u32 = 2;
+/// The previous call left for a signal and was not resumed: it ended interrupted.
+pub const FUTEX_ENTER_REPLACE_ABANDONED: u32 = 3;
+
+/// Pairing at entry. `prev` is the thread's call in progress, if any.
+#[inline(always)]
+pub fn futex_enter_action(prev: Option<&FutexCall>, cmd: u32, uaddr: u64, op: u32) -> u32 {
+    match prev {
+        None => FUTEX_ENTER_NEW,
+        Some(p)
+            if p.state == FUTEX_CALL_RESTART_SAME
+                && p.cmd == cmd
+                && p.uaddr == uaddr
+                && p.op == op =>
+        {
+            FUTEX_ENTER_RESUME
+        }
+        Some(p) if p.state == FUTEX_CALL_ACTIVE => FUTEX_ENTER_REPLACE_UNPAIRED,
+        Some(_) => FUTEX_ENTER_REPLACE_ABANDONED,
+    }
+}
+
+/// What the exit probe does with the thread's call in progress.
+pub const FUTEX_EXIT_FINISH: u32 = 0;
+/// Keep the call: the kernel will re-execute it (`FUTEX_CALL_RESTART_SAME`) ...
+pub const FUTEX_EXIT_RESTART_SAME: u32 = 1;
+/// ... or continue it through `restart_syscall` (`FUTEX_CALL_RESTART_BLOCK`).
+pub const FUTEX_EXIT_RESTART_BLOCK: u32 = 2;
+/// Not an exit of this call (it waits for its restart): `restart_syscall` continuing
+/// something else, or an exit whose entry was missed.
+pub const FUTEX_EXIT_NOT_OURS: u32 = 3;
+
+/// Pairing at exit, from the call's state and the syscall's return value.
+#[inline(always)]
+pub const fn futex_exit_action(state: u32, ret: i64) -> u32 {
+    if state != FUTEX_CALL_ACTIVE {
+        FUTEX_EXIT_NOT_OURS
+    } else if ret == RET_ERESTARTSYS || ret == RET_ERESTARTNOINTR || ret == RET_ERESTARTNOHAND {
+        FUTEX_EXIT_RESTART_SAME
+    } else if ret == RET_ERESTART_RESTARTBLOCK {
+        FUTEX_EXIT_RESTART_BLOCK
+    } else {
+        FUTEX_EXIT_FINISH
+    }
+}
+
+/// How a finished call counts.
+pub const FUTEX_OUTCOME_NONE: u32 = 0;
+/// A blocking call that returned at once because the futex word had changed.
+pub const FUTEX_OUTCOME_EAGAIN: u32 = 1;
+/// A blocking call that waited and returned normally (woken / acquired).
+pub const FUTEX_OUTCOME_WAITED: u32 = 2;
+pub const FUTEX_OUTCOME_TIMEOUT: u32 = 3;
+pub const FUTEX_OUTCOME_INTERRUPTED: u32 = 4;
+pub const FUTEX_OUTCOME_ERROR: u32 = 5;
+/// A wake-class call: the return value is the number of tasks woken.
+pub const FUTEX_OUTCOME_WOKE: u32 = 6;
+/// A requeue-class call: the return value is the number of tasks woken or requeued.
+pub const FUTEX_OUTCOME_REQUEUED: u32 = 7;
+
+/// Classify a finished call by its command class and return value.
+#[inline(always)]
+pub const fn futex_outcome(class: u32, ret: i64) -> u32 {
+    if class == FUTEX_CLASS_WAIT || class == FUTEX_CLASS_LOCK_PI {
+        if ret == RET_EAGAIN && class == FUTEX_CLASS_WAIT {
+            FUTEX_OUTCOME_EAGAIN
+        } else if ret >= 0 {
+            FUTEX_OUTCOME_WAITED
+        } else if ret == RET_ETIMEDOUT {
+            FUTEX_OUTCOME_TIMEOUT
+        } else if ret == RET_EINTR {
+            FUTEX_OUTCOME_INTERRUPTED
+        } else {
+            FUTEX_OUTCOME_ERROR
+        }
+    } else if ret < 0 {
+        FUTEX_OUTCOME_ERROR
+    } else if class == FUTEX_CLASS_WAKE {
+        FUTEX_OUTCOME_WOKE
+    } else if class == FUTEX_CLASS_REQUEUE {
+        FUTEX_OUTCOME_REQUEUED
+    } else {
+        FUTEX_OUTCOME_NONE
+    }
+}
+
+/// `struct futex_waitv` (include/uapi/linux/futex.h): the futex2 wait vector element.
+pub const FUTEX_WAITV_SIZE: u64 = 24;
+pub const FUTEX_WAITV_UADDR_OFF: u64 = 8;
+pub const FUTEX_WAITV_FLAGS_OFF: u64 = 16;
+
+/// Slots of the per-CPU `FUTEX_COUNTERS` array.
+pub const FCNT_ENTER: u32 = 0;
+pub const FCNT_EXIT: u32 = 1;
+/// A futex syscall exit of a target with no entry (the call began before tracing).
+pub const FCNT_UNPAIRED_EXIT: u32 = 2;
+/// An entry replaced a call of the same thread whose exit never came.
+pub const FCNT_UNPAIRED_ENTER: u32 = 3;
+/// The aggregation map was full: a whole call was not aggregated.
+pub const FCNT_LOST_STATS_FULL: u32 = 4;
+/// The per-thread call map was full: a call was not timed or counted.
+pub const FCNT_LOST_CALL_FULL: u32 = 5;
+/// Restarts seen (re-executed or `restart_syscall`).
+pub const FCNT_RESTART: u32 = 6;
+/// A restarted call was abandoned (the thread made a different futex call instead):
+/// counted as interrupted.
+pub const FCNT_RESTART_ABANDONED: u32 = 7;
+pub const FUTEX_COUNTERS_LEN: u32 = 8;
+
+pub const FUTEX_COUNTER_NAMES: [&str; FUTEX_COUNTERS_LEN as usize] = [
+    "enter",
+    "exit",
+    "unpaired_exit",
+    "unpaired_enter",
+    "futex_stats_map_full",
+    "futex_call_map_full",
+    "restarts",
+    "restart_abandoned",
+];
+
+pub const FUTEX_STATS_MAX_ENTRIES: u32 = 16384;
+/// Memory the loader lets `FUTEX_STATS` take (it is per-CPU and preallocated): on many
+/// CPUs it holds fewer entries, and a full map is counted (`futex_stats_map_full`).
+pub const FUTEX_STATS_MEMORY_BUDGET: u64 = 32 << 20;
+/// The fewest entries `FUTEX_STATS` gets, however many CPUs.
+pub const FUTEX_STATS_MIN_ENTRIES: u32 = 1024;
+
+/// Entries of `FUTEX_STATS` for this many CPUs.
+pub const fn futex_stats_entries(cpus: u32) -> u32 {
+    let per_entry =
+        core::mem::size_of::<FutexStats>() as u64 * if cpus == 0 { 1 } else { cpus as u64 };
+    let n = FUTEX_STATS_MEMORY_BUDGET / per_entry;
+    if n > FUTEX_STATS_MAX_ENTRIES as u64 {
+        FUTEX_STATS_MAX_ENTRIES
+    } else if n < FUTEX_STATS_MIN_ENTRIES as u64 {
+        FUTEX_STATS_MIN_ENTRIES
+    } else {
+        n as u32
+    }
+}
+pub const FUTEX_CALLS_MAX_ENTRIES: u32 = 32768;
+
+#[cfg(feature = "user")]
+mod pod {
+    use super::*;
+    unsafe impl aya::Pod for FutexKey {}
+    unsafe impl aya::Pod for FutexStats {}
+    unsafe impl aya::Pod for FutexCall {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stats_map_shrinks_with_cpus() {
+        assert_eq!(futex_stats_entries(2), FUTEX_STATS_MAX_ENTRIES);
+        let n = futex_stats_entries(64);
+        assert!((FUTEX_STATS_MIN_ENTRIES..FUTEX_STATS_MAX_ENTRIES).contains(&n));
+        assert_eq!(futex_stats_entries(100_000), FUTEX_STATS_MIN_ENTRIES);
+        assert_eq!(futex_stats_entries(0), FUTEX_STATS_MAX_ENTRIES);
+    }
+
+    #[test]
+    fn classes_cover_every_command() {
+        assert_eq!(futex_class(FUTEX_WAIT), FUTEX_CLASS_WAIT);
+        assert_eq!(futex_class(FUTEX_WAIT_BITSET), FUTEX_CLASS_WAIT);
+        assert_eq!(futex_class(FUTEX_WAIT_REQUEUE_PI), FUTEX_CLASS_WAIT);
+        assert_eq!(futex_class(FUTEX2_WAIT), FUTEX_CLASS_WAIT);
+        assert_eq!(futex_class(FUTEX2_WAITV), FUTEX_CLASS_WAIT);
+        assert_eq!(futex_class(FUTEX_WAKE), FUTEX_CLASS_WAKE);
+        assert_eq!(futex_class(FUTEX_WAKE_BITSET), FUTEX_CLASS_WAKE);
+        assert_eq!(futex_class(FUTEX_WAKE_OP), FUTEX_CLASS_WAKE);
+        assert_eq!(futex_class(FUTEX2_WAKE), FUTEX_CLASS_WAKE);
+        assert_eq!(futex_class(FUTEX_REQUEUE), FUTEX_CLASS_REQUEUE);
+        assert_eq!(futex_class(FUTEX_CMP_REQUEUE), FUTEX_CLASS_REQUEUE);
+        assert_eq!(futex_class(FUTEX_CMP_REQUEUE_PI), FUTEX_CLASS_REQUEUE);
+        assert_eq!(futex_class(FUTEX2_REQUEUE), FUTEX_CLASS_REQUEUE);
+        assert_eq!(futex_class(FUTEX_LOCK_PI), FUTEX_CLASS_LOCK_PI);
+        assert_eq!(futex_class(FUTEX_LOCK_PI2), FUTEX_CLASS_LOCK_PI);
+        assert_eq!(futex_class(FUTEX_UNLOCK_PI), FUTEX_CLASS_UNLOCK_PI);
+        assert_eq!(futex_class(FUTEX_TRYLOCK_PI), FUTEX_CLASS_TRYLOCK_PI);
+        assert_eq!(futex_class(FUTEX_FD), FUTEX_CLASS_OTHER);
+        assert_eq!(futex_class(FUTEX_CMD_UNKNOWN), FUTEX_CLASS_OTHER);
+    }
+
+    fn call(state: u32) -> FutexCall {
+        FutexCall {
+            uaddr: 0x1000,
+            cmd: FUTEX_WAIT,
+            op: FUTEX_WAIT | FUTEX_PRIVATE_FLAG,
+            state,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn entry_pairs_resumes_and_replaces() {
+        let op = FUTEX_WAIT | FUTEX_PRIVATE_FLAG;
+        assert_eq!(
+            futex_enter_action(None, FUTEX_WAIT, 0x1000, op),
+            FUTEX_ENTER_NEW
+        );
+        let restarting = call(FUTEX_CALL_RESTART_SAME);
+        assert_eq!(
+            futex_enter_action(Some(&restarting), FUTEX_WAIT, 0x1000, op),
+            FUTEX_ENTER_RESUME
+        );
+        // Another word, command or op after a restart code: the old call was interrupted.
+        assert_eq!(
+            futex_enter_action(Some(&restarting), FUTEX_WAIT, 0x2000, op),
+            FUTEX_ENTER_REPLACE_ABANDONED
+        );
+        assert_eq!(
+            futex_enter_action(Some(&restarting), FUTEX_WAKE, 0x1000, FUTEX_WAKE),
+            FUTEX_ENTER_REPLACE_ABANDONED
+        );
+        // A timed wait waiting for restart_syscall is never resumed by a new futex call.
+        let blocked = call(FUTEX_CALL_RESTART_BLOCK);
+        assert_eq!(
+            futex_enter_action(Some(&blocked), FUTEX_WAIT, 0x1000, op),
+            FUTEX_ENTER_REPLACE_ABANDONED
+        );
+        // A call still marked active when the thread enters again lost its exit.
+        let active = call(FUTEX_CALL_ACTIVE);
+        assert_eq!(
+            futex_enter_action(Some(&active), FUTEX_WAIT, 0x1000, op),
+            FUTEX_ENTER_REPLACE_UNPAIRED
+        );
+    }
+
+    #[test]
+    fn exit_keeps_restarting_calls() {
+        assert_eq!(futex_exit_action(FUTEX_CALL_ACTIVE, 0), FUTEX_EXIT_FINISH);
+        assert_eq!(
+            futex_exit_action(FUTEX_CALL_ACTIVE, RET_EAGAIN),
+            FUTEX_EXIT_FINISH
+        );
+        for r in [RET_ERESTARTSYS, RET_ERESTARTNOINTR, RET_ERESTARTNOHAND] {
+            assert_eq!(
+                futex_exit_action(FUTEX_CALL_ACTIVE, r),
+                FUTEX_EXIT_RESTART_SAME
+            );
+        }
+        assert_eq!(
+            futex_exit_action(FUTEX_CALL_ACTIVE, RET_ERESTART_RESTARTBLOCK),
+            FUTEX_EXIT_RESTART_BLOCK
+        );
+        assert_eq!(
+            futex_exit_action(FUTEX_CALL_RESTART_SAME, 0),
+            FUTEX_EXIT_NOT_OURS
+        );
+        assert_eq!(
+            futex_exit_action(FUTEX_CALL_RESTART_BLOCK, 0),
+            FUTEX_EXIT_NOT_OURS
+        );
+    }
+
+    #[test]
+    fn outcomes_by_class_and_return() {
+        let w = FUTEX_CLASS_WAIT;
+        assert_eq!(futex_outcome(w, 0), FUTEX_OUTCOME_WAITED);
+        assert_eq!(futex_outcome(w, 3), FUTEX_OUTCOME_WAITED); // futex_waitv index
+        assert_eq!(futex_outcome(w, RET_EAGAIN), FUTEX_OUTCOME_EAGAIN);
+        assert_eq!(futex_outcome(w, RET_ETIMEDOUT), FUTEX_OUTCOME_TIMEOUT);
+        assert_eq!(futex_outcome(w, RET_EINTR), FUTEX_OUTCOME_INTERRUPTED);
+        assert_eq!(futex_outcome(w, -14), FUTEX_OUTCOME_ERROR);
+        let pi = FUTEX_CLASS_LOCK_PI;
+        assert_eq!(futex_outcome(pi, 0), FUTEX_OUTCOME_WAITED);
+        assert_eq!(futex_outcome(pi, RET_ETIMEDOUT), FUTEX_OUTCOME_TIMEOUT);
+        // LOCK_PI has no "value changed" case: EAGAIN there is an error.
+        assert_eq!(futex_outcome(pi, RET_EAGAIN), FUTEX_OUTCOME_ERROR);
+        assert_eq!(futex_outcome(FUTEX_CLASS_WAKE, 2), FUTEX_OUTCOME_WOKE);
+        assert_eq!(futex_outcome(FUTEX_CLASS_WAKE, 0), FUTEX_OUTCOME_WOKE);
+        assert_eq!(futex_outcome(FUTEX_CLASS_WAKE, -22), FUTEX_OUTCOME_ERROR);
+        assert_eq!(
+            futex_outcome(FUTEX_CLASS_REQUEUE, 5),
+            FUTEX_OUTCOME_REQUEUED
+        );
+        assert_eq!(futex_outcome(FUTEX_CLASS_UNLOCK_PI, 0), FUTEX_OUTCOME_NONE);
+        assert_eq!(
+            futex_outcome(FUTEX_CLASS_UNLOCK_PI, -1),
+            FUTEX_OUTCOME_ERROR
+        );
+        assert_eq!(futex_outcome(FUTEX_CLASS_TRYLOCK_PI, 0), FUTEX_OUTCOME_NONE);
+    }
+
+    #[test]
+    fn slots_strip_flags_and_reject_unknown_commands() {
+        assert_eq!(futex_cmd_slot(FUTEX_WAIT | FUTEX_PRIVATE_FLAG), FUTEX_WAIT);
+        assert_eq!(
+            futex_cmd_slot(FUTEX_WAIT_BITSET | FUTEX_PRIVATE_FLAG | FUTEX_CLOCK_REALTIME),
+            FUTEX_WAIT_BITSET
+        );
+        assert_eq!(futex_cmd_slot(FUTEX_LOCK_PI2), FUTEX_LOCK_PI2);
+        assert_eq!(futex_cmd_slot(14), FUTEX_CMD_UNKNOWN);
+        assert_eq!(futex_cmd_slot(1 << 10), FUTEX_CMD_UNKNOWN);
+        assert!((FUTEX_CMD_UNKNOWN as usize) < FUTEX_CMD_SLOTS);
+    }
+}

@@ -1,0 +1,399 @@
+//! User-space locks: the futex syscall tracepoints (`syscalls/sys_enter_futex`,
+//! `sys_exit_futex`, and the futex2 syscalls `futex_wait`, `futex_wake`, `futex_waitv`,
+//! `futex_requeue`), plus `restart_syscall`, which continues an interrupted timed wait.
+//!
+//! A call is kept per thread (`FUTEX_CALLS`, by tid) from its entry to its final exit and
+//! then aggregated per (process, futex word) in `FUTEX_STATS`: calls by command, wait time
+//! of blocking calls (log2 histogram), EAGAIN, timeouts, interruptions, tasks woken and
+//! requeued, and for PI futexes the owner TID found in the futex word at entry.
+//!
+//! Restarts: a call that leaves with `-ERESTARTSYS`/`-ERESTARTNOINTR`/`-ERESTARTNOHAND`
+//! is kept and resumed when the same thread re-enters the same call; one that leaves with
+//! `-ERESTART_RESTARTBLOCK` is resumed by `restart_syscall`. If the thread makes another
+//! futex call instead, the old one was interrupted (counted so).
+//!
+//! The hot path is one target check, one timestamp and one hash update at entry, and one
+//! lookup, delete and per-CPU aggregate update at exit. Tasks we do not trace cost a
+//! target check at entry and one failed lookup at exit.
+
+use aya_ebpf::{
+    EbpfContext as _,
+    bindings::{BPF_F_NO_PREALLOC, BPF_NOEXIST},
+    helpers::{
+        bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_user,
+    },
+    macros::{map, tracepoint},
+    maps::{HashMap, LruHashMap, PerCpuArray, PerCpuHashMap},
+    programs::TracePointContext,
+};
+use lockscope_common::*;
+
+use crate::maps::{CONFIG, current_is_target, current_process_comm};
+
+/// Finished calls, aggregated per (tgid, uaddr). Preallocated: a per-CPU hash without
+/// preallocation refuses inserts in bursts (its per-CPU allocation cache refills
+/// asynchronously). The loader sizes it to the number of CPUs.
+#[map]
+static FUTEX_STATS: PerCpuHashMap<FutexKey, FutexStats> =
+    PerCpuHashMap::with_max_entries(FUTEX_STATS_MAX_ENTRIES, 0);
+
+/// Calls in progress, by thread id.
+#[map]
+static FUTEX_CALLS: HashMap<u32, FutexCall> =
+    HashMap::with_max_entries(FUTEX_CALLS_MAX_ENTRIES, BPF_F_NO_PREALLOC);
+
+/// Calls seen and everything that could not be stored (`FCNT_*` slots).
+#[map]
+static FUTEX_COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(FUTEX_COUNTERS_LEN, 0);
+
+/// Names: of each process with a futex entry (by tgid, its leader's comm), and of each
+/// thread that made a PI call (by tid), to name PI owners. Written when a process's first
+/// entry is created and on PI calls only: off the common path.
+#[map]
+static FUTEX_COMMS: LruHashMap<u32, [u8; 16]> = LruHashMap::with_max_entries(COMMS_MAX_ENTRIES, 0);
+
+static EMPTY_FUTEX_STATS: FutexStats = FutexStats::EMPTY;
+
+/// Byte offsets of the fields after the common header in the syscall tracepoints
+/// (`/sys/kernel/tracing/events/syscalls/sys_enter_futex/format`): every argument is
+/// widened to 8 bytes, the first at 16; `ret` of every `sys_exit_*` is at 16.
+const ARG0: usize = 16;
+const ARG1: usize = 24;
+const ARG3: usize = 40;
+const RET: usize = 16;
+
+#[inline(always)]
+fn arg(ctx: &TracePointContext, off: usize) -> u64 {
+    // Direct context access: the verifier checks the offset against the event's size.
+    unsafe { *(ctx.as_ptr() as *const u8).add(off).cast::<u64>() }
+}
+
+#[inline(always)]
+fn fcount(slot: u32) {
+    if let Some(c) = FUTEX_COUNTERS.get_ptr_mut(slot) {
+        unsafe { *c += 1 };
+    }
+}
+
+/// futex(uaddr, op, val, utime|val2, uaddr2, val3)
+#[tracepoint(category = "syscalls", name = "sys_enter_futex")]
+pub fn futex_enter(ctx: TracePointContext) -> u32 {
+    let uaddr = arg(&ctx, ARG0);
+    let op = arg(&ctx, ARG1) as u32;
+    let shared = op & FUTEX_PRIVATE_FLAG == 0;
+    on_enter(uaddr, futex_cmd_slot(op), op, 0, 0, shared);
+    0
+}
+
+/// futex_wait(uaddr, val, mask, flags, timeout, clockid)
+#[tracepoint(category = "syscalls", name = "sys_enter_futex_wait")]
+pub fn futex_wait_enter(ctx: TracePointContext) -> u32 {
+    let flags = arg(&ctx, ARG3) as u32;
+    on_enter(
+        arg(&ctx, ARG0),
+        FUTEX2_WAIT,
+        flags,
+        0,
+        0,
+        flags & FUTEX2_PRIVATE == 0,
+    );
+    0
+}
+
+/// futex_wake(uaddr, mask, nr, flags)
+#[tracepoint(category = "syscalls", name = "sys_enter_futex_wake")]
+pub fn futex_wake_enter(ctx: TracePointContext) -> u32 {
+    let flags = arg(&ctx, ARG3) as u32;
+    on_enter(
+        arg(&ctx, ARG0),
+        FUTEX2_WAKE,
+        flags,
+        0,
+        0,
+        flags & FUTEX2_PRIVATE == 0,
+    );
+    0
+}
+
+/// futex_waitv(waiters, nr_futexes, flags, timeout, clockid): keyed by the futex that
+/// woke the caller (the exit's return value indexes `waiters`), else the first one.
+#[tracepoint(category = "syscalls", name = "sys_enter_futex_waitv")]
+pub fn futex_waitv_enter(ctx: TracePointContext) -> u32 {
+    let waiters = arg(&ctx, ARG0);
+    let nr = arg(&ctx, ARG1) as u32;
+    let (uaddr, wflags) = waitv_entry(waiters, 0);
+    on_enter(
+        uaddr,
+        FUTEX2_WAITV,
+        wflags,
+        waiters,
+        nr,
+        wflags & FUTEX2_PRIVATE == 0,
+    );
+    0
+}
+
+/// futex_requeue(waiters[2], flags, nr_wake, nr_requeue): keyed by the source futex.
+#[tracepoint(category = "syscalls", name = "sys_enter_futex_requeue")]
+pub fn futex_requeue_enter(ctx: TracePointContext) -> u32 {
+    let waiters = arg(&ctx, ARG0);
+    let (uaddr, wflags) = waitv_entry(waiters, 0);
+    on_enter(
+        uaddr,
+        FUTEX2_REQUEUE,
+        wflags,
+        waiters,
+        2,
+        wflags & FUTEX2_PRIVATE == 0,
+    );
+    0
+}
+
+/// Attached to every `sys_exit_futex*` tracepoint.
+#[tracepoint(category = "syscalls", name = "sys_exit_futex")]
+pub fn futex_exit(ctx: TracePointContext) -> u32 {
+    on_exit(arg(&ctx, RET) as i64, false);
+    0
+}
+
+/// `restart_syscall` continues a timed futex wait that a signal interrupted.
+#[tracepoint(category = "syscalls", name = "sys_enter_restart_syscall")]
+pub fn futex_restart_enter(_ctx: TracePointContext) -> u32 {
+    let tid = bpf_get_current_pid_tgid() as u32;
+    if let Some(c) = FUTEX_CALLS.get_ptr_mut(tid) {
+        let c = unsafe { &mut *c };
+        if c.state == FUTEX_CALL_RESTART_BLOCK {
+            c.state = FUTEX_CALL_ACTIVE;
+            c.restarts += 1;
+            fcount(FCNT_RESTART);
+        }
+    }
+    0
+}
+
+#[tracepoint(category = "syscalls", name = "sys_exit_restart_syscall")]
+pub fn futex_restart_exit(ctx: TracePointContext) -> u32 {
+    on_exit(arg(&ctx, RET) as i64, true);
+    0
+}
+
+/// (uaddr, flags) of `waiters[i]`, a user `struct futex_waitv` array; zeros if unreadable.
+#[inline(always)]
+fn waitv_entry(waiters: u64, i: u64) -> (u64, u32) {
+    let elem = waiters + i * FUTEX_WAITV_SIZE;
+    let uaddr: u64 =
+        unsafe { bpf_probe_read_user((elem + FUTEX_WAITV_UADDR_OFF) as *const u64) }.unwrap_or(0);
+    let flags: u32 =
+        unsafe { bpf_probe_read_user((elem + FUTEX_WAITV_FLAGS_OFF) as *const u32) }.unwrap_or(0);
+    (uaddr, flags)
+}
+
+#[inline(always)]
+fn on_enter(uaddr: u64, cmd: u32, op: u32, waiters: u64, nr: u32, shared: bool) {
+    let cfg = CONFIG.load();
+    if !current_is_target(&cfg) {
+        return;
+    }
+    fcount(FCNT_ENTER);
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let tid = pid_tgid as u32;
+    let now = unsafe { bpf_ktime_get_ns() };
+
+    if let Some(prev) = FUTEX_CALLS.get_ptr_mut(tid) {
+        let prev = unsafe { &mut *prev };
+        match futex_enter_action(Some(prev), cmd, uaddr, op) {
+            FUTEX_ENTER_RESUME => {
+                prev.state = FUTEX_CALL_ACTIVE;
+                prev.restarts += 1;
+                fcount(FCNT_RESTART);
+                return;
+            }
+            FUTEX_ENTER_REPLACE_UNPAIRED => {
+                fcount(FCNT_UNPAIRED_ENTER);
+                let old = *prev;
+                account(&old, 0, now, true);
+            }
+            _ => {
+                fcount(FCNT_RESTART_ABANDONED);
+                let old = *prev;
+                account(&old, RET_EINTR, now, false);
+            }
+        }
+    }
+
+    let mut flags = if shared { FUTEX_CALL_SHARED } else { 0 };
+    let mut pi_word = 0u32;
+    let class = futex_class(cmd);
+    if class == FUTEX_CLASS_LOCK_PI || class == FUTEX_CLASS_TRYLOCK_PI {
+        match unsafe { bpf_probe_read_user(uaddr as *const u32) } {
+            Ok(w) => {
+                pi_word = w;
+                flags |= FUTEX_CALL_PI_WORD;
+            }
+            Err(_) => flags |= FUTEX_CALL_PI_UNREADABLE,
+        }
+    }
+    let call = FutexCall {
+        ts_ns: now,
+        uaddr,
+        waiters,
+        tgid: (pid_tgid >> 32) as u32,
+        cmd,
+        op,
+        nr,
+        state: FUTEX_CALL_ACTIVE,
+        flags,
+        pi_word,
+        restarts: 0,
+    };
+    if FUTEX_CALLS.insert(tid, call, 0).is_err() {
+        fcount(FCNT_LOST_CALL_FULL);
+    }
+}
+
+#[inline(always)]
+fn on_exit(ret: i64, from_restart_syscall: bool) {
+    let tid = bpf_get_current_pid_tgid() as u32;
+    let Some(c) = FUTEX_CALLS.get_ptr_mut(tid) else {
+        if !from_restart_syscall {
+            let cfg = CONFIG.load();
+            if current_is_target(&cfg) {
+                fcount(FCNT_UNPAIRED_EXIT);
+            }
+        }
+        return;
+    };
+    let c = unsafe { &mut *c };
+    match futex_exit_action(c.state, ret) {
+        FUTEX_EXIT_RESTART_SAME => {
+            c.state = FUTEX_CALL_RESTART_SAME;
+            return;
+        }
+        FUTEX_EXIT_RESTART_BLOCK => {
+            c.state = FUTEX_CALL_RESTART_BLOCK;
+            return;
+        }
+        FUTEX_EXIT_NOT_OURS => {
+            // restart_syscall continuing something else (a nanosleep), or an exit whose
+            // entry we missed while a call of this thread waits for its restart.
+            if !from_restart_syscall {
+                fcount(FCNT_UNPAIRED_EXIT);
+            }
+            return;
+        }
+        _ => {}
+    }
+    let call = *c;
+    let _ = FUTEX_CALLS.remove(tid);
+    fcount(FCNT_EXIT);
+    let now = unsafe { bpf_ktime_get_ns() };
+    account(&call, ret, now, false);
+}
+
+/// Fold one finished call into its (tgid, uaddr) entry. `unpaired`: the call's exit
+/// never came; only that is counted. Out of line: called from entry and exit.
+#[inline(never)]
+fn account(call: &FutexCall, ret: i64, now: u64, unpaired: bool) {
+    let mut uaddr = call.uaddr;
+    if call.cmd == FUTEX2_WAITV && ret > 0 && (ret as u64) < call.nr as u64 && !unpaired {
+        let (woke, _) = waitv_entry(call.waiters, ret as u64);
+        if woke != 0 {
+            uaddr = woke;
+        }
+    }
+    let key = FutexKey {
+        uaddr,
+        tgid: call.tgid,
+        _pad: 0,
+    };
+    let mut stats = FUTEX_STATS.get_ptr_mut(key);
+    if stats.is_none() {
+        // By reference: a copy of the value would not fit the 512-byte BPF stack.
+        #[allow(clippy::needless_borrows_for_generic_args)]
+        let _ = FUTEX_STATS.insert(key, &EMPTY_FUTEX_STATS, BPF_NOEXIST as u64);
+        stats = FUTEX_STATS.get_ptr_mut(key);
+        if unsafe { FUTEX_COMMS.get(call.tgid) }.is_none() {
+            let cfg = CONFIG.load();
+            let _ = FUTEX_COMMS.insert(call.tgid, current_process_comm(&cfg), 0);
+        }
+    }
+    let Some(s) = stats else {
+        fcount(FCNT_LOST_STATS_FULL);
+        return;
+    };
+    let s = unsafe { &mut *s };
+    if unpaired {
+        s.unpaired += 1;
+        return;
+    }
+    let cmd = call.cmd as usize;
+    if cmd < FUTEX_CMD_SLOTS {
+        s.calls[cmd] += 1;
+    }
+    if call.flags & FUTEX_CALL_SHARED != 0 {
+        s.shared_calls += 1;
+    }
+    s.restarts += call.restarts as u64;
+    let class = futex_class(call.cmd);
+    if class == FUTEX_CLASS_LOCK_PI
+        || class == FUTEX_CLASS_UNLOCK_PI
+        || class == FUTEX_CLASS_TRYLOCK_PI
+    {
+        // This thread may be (or become) a PI owner: remember its name.
+        let tid = bpf_get_current_pid_tgid() as u32;
+        if unsafe { FUTEX_COMMS.get(tid) }.is_none()
+            && let Ok(comm) = bpf_get_current_comm()
+        {
+            let _ = FUTEX_COMMS.insert(tid, comm, 0);
+        }
+    }
+    if call.flags & FUTEX_CALL_PI_WORD != 0 {
+        let owner = call.pi_word & FUTEX_TID_MASK;
+        if owner != 0 && call.ts_ns >= s.pi_owner_ts {
+            s.pi_owner_tid = owner as u64;
+            s.pi_owner_ts = call.ts_ns;
+        }
+        if call.pi_word & FUTEX_OWNER_DIED != 0 {
+            s.pi_owner_died += 1;
+        }
+    }
+    if call.flags & FUTEX_CALL_PI_UNREADABLE != 0 {
+        s.pi_word_unreadable += 1;
+    }
+
+    match futex_outcome(class, ret) {
+        FUTEX_OUTCOME_EAGAIN => s.eagain += 1,
+        FUTEX_OUTCOME_WAITED => add_wait(&mut s.wait, now.saturating_sub(call.ts_ns), false),
+        FUTEX_OUTCOME_TIMEOUT => {
+            s.timeouts += 1;
+            add_wait(&mut s.wait, now.saturating_sub(call.ts_ns), true);
+        }
+        FUTEX_OUTCOME_INTERRUPTED => {
+            s.interrupted += 1;
+            add_wait(&mut s.wait, now.saturating_sub(call.ts_ns), true);
+        }
+        FUTEX_OUTCOME_ERROR => s.errors += 1,
+        FUTEX_OUTCOME_WOKE => s.woken += ret as u64,
+        FUTEX_OUTCOME_REQUEUED => s.requeued += ret as u64,
+        _ => {}
+    }
+}
+
+#[inline(always)]
+fn add_wait(w: &mut ContentionStats, wait: u64, failed: bool) {
+    if w.count == 0 || wait < w.min_ns {
+        w.min_ns = wait;
+    }
+    w.count += 1;
+    if failed {
+        w.failed += 1;
+    }
+    w.total_ns += wait;
+    if wait > w.max_ns {
+        w.max_ns = wait;
+    }
+    let b = log2_bucket(wait);
+    if b < HIST_BUCKETS {
+        w.hist[b] += 1;
+    }
+}

@@ -1,0 +1,445 @@
+//! User-space locks in the recording: one entry per futex word (process, address), built
+//! from the futex probes' per-CPU aggregates. Pure.
+
+use std::collections::{BTreeMap, HashMap};
+
+use lockscope_common::*;
+use serde::{Deserialize, Serialize};
+
+use super::{
+    WaitStats,
+    recording::{LockEntry, TaskEntry},
+};
+use crate::decode::{LockType, futex::FutexCmd};
+
+/// What the futex probes aggregated, CPUs summed.
+#[derive(Debug, Clone, Default)]
+pub struct FutexSnapshot {
+    /// False when the futex probes were not attached (e.g. `--types` without futex).
+    pub enabled: bool,
+    pub stats: Vec<(FutexKey, FutexTotals)>,
+    pub counters: [u64; FUTEX_COUNTERS_LEN as usize],
+    /// Calls in progress at the snapshot, by (tgid, uaddr).
+    pub in_progress: HashMap<(u32, u64), u64>,
+    /// Thread names by TID (PI owners), where known.
+    pub thread_comms: HashMap<u32, String>,
+    /// Which user-space types to report (`None`: all).
+    pub types: Option<Vec<LockType>>,
+}
+
+/// One (tgid, uaddr) entry summed over CPUs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FutexTotals {
+    pub wait: WaitStats,
+    /// Counters summed (its `wait` field is unused: see `wait`); `pi_owner_*` from the
+    /// CPU that saw the latest owner.
+    pub counts: FutexStats,
+}
+
+impl FutexTotals {
+    /// Sum a per-CPU map value over CPUs.
+    pub fn merge_cpus<'a>(values: impl IntoIterator<Item = &'a FutexStats>) -> Self {
+        let mut wait = WaitStats::default();
+        let mut c = FutexStats::EMPTY;
+        for v in values {
+            wait.merge(&WaitStats::from_raw(&v.wait));
+            for (a, b) in c.calls.iter_mut().zip(v.calls.iter()) {
+                *a += b;
+            }
+            c.eagain += v.eagain;
+            c.timeouts += v.timeouts;
+            c.interrupted += v.interrupted;
+            c.errors += v.errors;
+            c.woken += v.woken;
+            c.requeued += v.requeued;
+            c.restarts += v.restarts;
+            c.unpaired += v.unpaired;
+            c.shared_calls += v.shared_calls;
+            c.pi_owner_died += v.pi_owner_died;
+            c.pi_word_unreadable += v.pi_word_unreadable;
+            if v.pi_owner_tid != 0 && v.pi_owner_ts >= c.pi_owner_ts {
+                c.pi_owner_tid = v.pi_owner_tid;
+                c.pi_owner_ts = v.pi_owner_ts;
+            }
+        }
+        Self { wait, counts: c }
+    }
+
+    fn calls(&self, cmds: &[FutexCmd]) -> u64 {
+        cmds.iter()
+            .map(|c| self.counts.calls[c.slot() as usize])
+            .sum()
+    }
+
+    /// Any PI command used on this word makes it a PI futex.
+    pub fn is_pi(&self) -> bool {
+        FutexCmd::ALL
+            .into_iter()
+            .any(|c| c.is_pi() && self.counts.calls[c.slot() as usize] > 0)
+    }
+}
+
+/// The `"futex"` object of a futex lock entry.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FutexInfo {
+    /// Wait calls: FUTEX_WAIT, FUTEX_WAIT_BITSET, FUTEX_WAIT_REQUEUE_PI, futex_wait,
+    /// futex_waitv (each call once, restarts included in the call).
+    pub wait_calls: u64,
+    /// Wait calls that returned EAGAIN (the word had changed: no wait).
+    pub eagain: u64,
+    /// Blocking calls that timed out.
+    pub timeouts: u64,
+    /// Blocking calls ended by a signal.
+    pub interrupted: u64,
+    /// Wake calls: FUTEX_WAKE, FUTEX_WAKE_BITSET, FUTEX_WAKE_OP, futex_wake.
+    pub wake_calls: u64,
+    /// Tasks woken by those calls (sum of their return values).
+    pub woken: u64,
+    /// Requeue calls: FUTEX_REQUEUE, FUTEX_CMP_REQUEUE, FUTEX_CMP_REQUEUE_PI, futex_requeue.
+    pub requeues: u64,
+    /// Tasks woken or requeued by those calls (sum of their return values).
+    pub requeued: u64,
+    /// FUTEX_LOCK_PI and FUTEX_LOCK_PI2 calls.
+    pub lock_pi_calls: u64,
+    pub unlock_pi_calls: u64,
+    pub trylock_pi_calls: u64,
+    /// Calls that failed with another error (EFAULT, EINVAL, EDEADLK, ENOSYS, ...).
+    pub errors: u64,
+    /// Restarts after signals (re-executed call or restart_syscall).
+    pub restarts: u64,
+    /// Calls whose exit never came (a later call of the same thread replaced them).
+    pub unpaired: u64,
+    /// Calls still in progress when the snapshot was taken.
+    pub in_progress: u64,
+    /// Calls without FUTEX_PRIVATE_FLAG: the word may be shared between processes
+    /// (it is still keyed by the calling process and address).
+    pub shared_calls: u64,
+    /// Every call by command name (non-zero only).
+    pub calls: BTreeMap<String, u64>,
+    /// PI futexes: the latest owner found in the futex word at a LOCK_PI / TRYLOCK_PI entry.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pi_owner: Option<PiOwner>,
+    /// LOCK_PI entries that found FUTEX_OWNER_DIED set.
+    #[serde(default)]
+    pub pi_owner_died: u64,
+    /// LOCK_PI / TRYLOCK_PI entries whose futex word could not be read.
+    #[serde(default)]
+    pub pi_word_unreadable: u64,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PiOwner {
+    pub tid: u32,
+    /// The owner thread's name, when it made a PI call we saw or was still alive.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub comm: String,
+}
+
+/// The user-space part of a lock entry (flattened into it): the process and the futex
+/// figures.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UserLock {
+    pub pid: u32,
+    pub comm: String,
+    pub futex: FutexInfo,
+}
+
+/// Futex activity over the whole recording, for the `futex_events` object.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FutexEvents {
+    pub enter: u64,
+    pub exit: u64,
+    /// Exits whose call began before tracing.
+    pub unpaired_exit: u64,
+    /// Calls whose exit never came.
+    pub unpaired_enter: u64,
+    pub restarts: u64,
+    /// Calls left for a signal and not resumed: counted as interrupted.
+    pub restart_abandoned: u64,
+    pub in_progress_at_end: u64,
+    /// Calls on futex words of a type not asked for (`--types`).
+    pub type_filtered: u64,
+}
+
+impl FutexInfo {
+    pub fn from_totals(t: &FutexTotals, in_progress: u64, owner_comm: Option<&str>) -> Self {
+        use FutexCmd::*;
+        let c = &t.counts;
+        let calls = FutexCmd::ALL
+            .into_iter()
+            .map(|cmd| (cmd.name().to_owned(), c.calls[cmd.slot() as usize]))
+            .chain(std::iter::once((
+                "unknown".to_owned(),
+                c.calls[FUTEX_CMD_UNKNOWN as usize],
+            )))
+            .filter(|(_, n)| *n > 0)
+            .collect();
+        Self {
+            wait_calls: t.calls(&[Wait, WaitBitset, WaitRequeuePi, Futex2Wait, Futex2Waitv]),
+            eagain: c.eagain,
+            timeouts: c.timeouts,
+            interrupted: c.interrupted,
+            wake_calls: t.calls(&[Wake, WakeBitset, WakeOp, Futex2Wake]),
+            woken: c.woken,
+            requeues: t.calls(&[Requeue, CmpRequeue, CmpRequeuePi, Futex2Requeue]),
+            requeued: c.requeued,
+            lock_pi_calls: t.calls(&[LockPi, LockPi2]),
+            unlock_pi_calls: t.calls(&[UnlockPi]),
+            trylock_pi_calls: t.calls(&[TrylockPi]),
+            errors: c.errors,
+            restarts: c.restarts,
+            unpaired: c.unpaired,
+            in_progress,
+            shared_calls: c.shared_calls,
+            calls,
+            pi_owner: (c.pi_owner_tid != 0).then(|| PiOwner {
+                tid: c.pi_owner_tid as u32,
+                comm: owner_comm.unwrap_or_default().to_owned(),
+            }),
+            pi_owner_died: c.pi_owner_died,
+            pi_word_unreadable: c.pi_word_unreadable,
+        }
+    }
+}
+
+impl FutexEvents {
+    pub fn from_snapshot(s: &FutexSnapshot, type_filtered: u64) -> Self {
+        let c = &s.counters;
+        Self {
+            enter: c[FCNT_ENTER as usize],
+            exit: c[FCNT_EXIT as usize],
+            unpaired_exit: c[FCNT_UNPAIRED_EXIT as usize],
+            unpaired_enter: c[FCNT_UNPAIRED_ENTER as usize],
+            restarts: c[FCNT_RESTART as usize],
+            restart_abandoned: c[FCNT_RESTART_ABANDONED as usize],
+            in_progress_at_end: s.in_progress.values().sum(),
+            type_filtered,
+        }
+    }
+}
+
+/// The `lost` counters of the futex probes, by name.
+pub fn futex_lost(s: &FutexSnapshot) -> BTreeMap<String, u64> {
+    [FCNT_LOST_STATS_FULL, FCNT_LOST_CALL_FULL]
+        .into_iter()
+        .map(|i| {
+            (
+                FUTEX_COUNTER_NAMES[i as usize].to_owned(),
+                s.counters[i as usize],
+            )
+        })
+        .collect()
+}
+
+/// Calls on futex words whose type was not asked for (`--types`).
+pub fn futex_type_filtered(s: &FutexSnapshot) -> u64 {
+    build_futex_locks(s, &HashMap::new()).1
+}
+
+/// One entry per futex word. Returns the entries and the number of calls on words whose
+/// type was not asked for (filtered, counted).
+pub fn build_futex_locks(s: &FutexSnapshot, comms: &HashMap<u32, String>) -> (Vec<LockEntry>, u64) {
+    let mut filtered = 0u64;
+    let mut seen: BTreeMap<(u32, u64), ()> = BTreeMap::new();
+    let mut out = Vec::new();
+    for (key, t) in &s.stats {
+        seen.insert((key.tgid, key.uaddr), ());
+        let lock_type = if t.is_pi() {
+            LockType::FutexPi
+        } else {
+            LockType::Futex
+        };
+        if s.types.as_ref().is_some_and(|ts| !ts.contains(&lock_type)) {
+            filtered += t.counts.calls.iter().sum::<u64>();
+            continue;
+        }
+        let in_progress = s
+            .in_progress
+            .get(&(key.tgid, key.uaddr))
+            .copied()
+            .unwrap_or(0);
+        let owner_comm = s.thread_comms.get(&(t.counts.pi_owner_tid as u32));
+        out.push(entry(
+            key.tgid,
+            key.uaddr,
+            lock_type,
+            comms,
+            t.wait.clone(),
+            FutexInfo::from_totals(t, in_progress, owner_comm.map(String::as_str)),
+        ));
+    }
+    // Words with a call in progress but none finished (a thread blocked the whole time).
+    for (&(tgid, uaddr), &n) in &s.in_progress {
+        if !seen.contains_key(&(tgid, uaddr))
+            && s.types
+                .as_ref()
+                .is_none_or(|ts| ts.contains(&LockType::Futex))
+        {
+            let info = FutexInfo {
+                in_progress: n,
+                ..Default::default()
+            };
+            out.push(entry(
+                tgid,
+                uaddr,
+                LockType::Futex,
+                comms,
+                WaitStats::default(),
+                info,
+            ));
+        }
+    }
+    (out, filtered)
+}
+
+fn entry(
+    pid: u32,
+    uaddr: u64,
+    lock_type: LockType,
+    comms: &HashMap<u32, String>,
+    stats: WaitStats,
+    futex: FutexInfo,
+) -> LockEntry {
+    let comm = comms.get(&pid).cloned().unwrap_or_default();
+    LockEntry {
+        addr: format!("{uaddr:#x}"),
+        lock_type,
+        name: format!("{lock_type} {uaddr:#x} of {comm}[{pid}]"),
+        owner: None,
+        tasks: vec![TaskEntry {
+            pid,
+            comm: comm.clone(),
+            stats: stats.clone(),
+        }],
+        stats,
+        callers: Vec::new(),
+        user: Some(UserLock { pid, comm, futex }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::aggregate::recording::tests::wait;
+
+    fn stats(f: impl FnOnce(&mut FutexStats)) -> FutexStats {
+        let mut s = FutexStats::EMPTY;
+        f(&mut s);
+        s
+    }
+
+    #[test]
+    fn cpus_merge_exactly_and_keep_the_latest_owner() {
+        let mut w = wait(1_000, 3);
+        w.failed = 1;
+        let a = stats(|s| {
+            s.wait.count = 3;
+            s.wait.failed = 1;
+            s.wait.total_ns = 3_000;
+            s.wait.min_ns = 1_000;
+            s.wait.max_ns = 1_000;
+            s.wait.hist[log2_bucket(1_000)] = 3;
+            s.calls[FUTEX_WAIT as usize] = 5;
+            s.calls[FUTEX_WAKE as usize] = 2;
+            s.eagain = 2;
+            s.woken = 2;
+            s.pi_owner_tid = 11;
+            s.pi_owner_ts = 100;
+        });
+        let b = stats(|s| {
+            s.calls[FUTEX_WAIT as usize] = 1;
+            s.calls[FUTEX_LOCK_PI as usize] = 4;
+            s.eagain = 1;
+            s.pi_owner_tid = 22;
+            s.pi_owner_ts = 200;
+        });
+        // A CPU slot never used: zeroed (min_ns 0, count 0).
+        let zero = stats(|s| s.wait.min_ns = 0);
+        let t = FutexTotals::merge_cpus([&a, &zero, &b]);
+        assert_eq!(t.wait, w);
+        assert_eq!(t.counts.calls[FUTEX_WAIT as usize], 6);
+        assert_eq!(t.counts.eagain, 3);
+        assert_eq!(t.counts.pi_owner_tid, 22);
+        assert!(t.is_pi());
+        let info = FutexInfo::from_totals(&t, 1, Some("owner"));
+        assert_eq!(info.wait_calls, 6);
+        assert_eq!(info.wake_calls, 2);
+        assert_eq!(info.lock_pi_calls, 4);
+        assert_eq!(info.in_progress, 1);
+        assert_eq!(info.calls["FUTEX_WAIT"], 6);
+        assert_eq!(info.calls["FUTEX_LOCK_PI"], 4);
+        assert!(!info.calls.contains_key("FUTEX_UNLOCK_PI"));
+        assert_eq!(
+            info.pi_owner,
+            Some(PiOwner {
+                tid: 22,
+                comm: "owner".into()
+            })
+        );
+    }
+
+    #[test]
+    fn entries_are_typed_named_and_filtered() {
+        let mut snap = FutexSnapshot {
+            enabled: true,
+            ..Default::default()
+        };
+        let key = |uaddr, tgid| FutexKey {
+            uaddr,
+            tgid,
+            _pad: 0,
+        };
+        snap.stats.push((
+            key(0x1000, 7),
+            FutexTotals::merge_cpus([&stats(|s| s.calls[FUTEX_WAKE as usize] = 3)]),
+        ));
+        snap.stats.push((
+            key(0x2000, 7),
+            FutexTotals::merge_cpus([&stats(|s| s.calls[FUTEX_UNLOCK_PI as usize] = 2)]),
+        ));
+        snap.in_progress.insert((7, 0x3000), 2);
+        let comms: HashMap<u32, String> = [(7, "app".to_owned())].into();
+        let (locks, filtered) = build_futex_locks(&snap, &comms);
+        assert_eq!(filtered, 0);
+        assert_eq!(locks.len(), 3);
+        assert_eq!(locks[0].lock_type, LockType::Futex);
+        assert_eq!(locks[0].name, "futex 0x1000 of app[7]");
+        assert_eq!(locks[1].lock_type, LockType::FutexPi);
+        let user = locks[2].user.as_ref().unwrap();
+        assert_eq!((user.pid, user.futex.in_progress), (7, 2));
+
+        snap.types = Some(vec![LockType::FutexPi]);
+        let (locks, filtered) = build_futex_locks(&snap, &comms);
+        assert_eq!(locks.len(), 1);
+        assert_eq!(locks[0].addr, "0x2000");
+        assert_eq!(filtered, 3);
+    }
+
+    #[test]
+    fn entries_round_trip_through_json() {
+        let comms: HashMap<u32, String> = [(9, "db".to_owned())].into();
+        let mut snap = FutexSnapshot::default();
+        snap.stats.push((
+            FutexKey {
+                uaddr: 0xabc,
+                tgid: 9,
+                _pad: 0,
+            },
+            FutexTotals::merge_cpus([&stats(|s| {
+                s.calls[FUTEX_LOCK_PI as usize] = 1;
+                s.pi_owner_tid = 10;
+                s.pi_owner_ts = 1;
+            })]),
+        ));
+        let (locks, _) = build_futex_locks(&snap, &comms);
+        let j = serde_json::to_value(&locks[0]).unwrap();
+        assert_eq!(j["type"], "futex-pi");
+        assert_eq!(j["pid"], 9);
+        assert_eq!(j["comm"], "db");
+        assert_eq!(j["futex"]["lock_pi_calls"], 1);
+        assert_eq!(j["futex"]["pi_owner"]["tid"], 10);
+        assert_eq!(j["contended"], 0);
+        let back: LockEntry = serde_json::from_value(j).unwrap();
+        assert_eq!(back, locks[0]);
+    }
+}

@@ -1,0 +1,83 @@
+//! Reading the futex probes' maps into a [`FutexSnapshot`].
+
+use std::collections::HashMap;
+
+use anyhow::Context as _;
+use aya::{
+    Ebpf,
+    maps::{HashMap as BpfHashMap, MapData, PerCpuArray, PerCpuHashMap},
+};
+use lockscope_common::{FUTEX_COUNTERS_LEN, FutexCall, FutexKey, FutexStats};
+
+use crate::{
+    aggregate::futex::{FutexSnapshot, FutexTotals},
+    decode::comm_to_string,
+};
+
+/// Per-CPU futex counters summed over CPUs.
+pub fn read_futex_counters(ebpf: &Ebpf) -> anyhow::Result<[u64; FUTEX_COUNTERS_LEN as usize]> {
+    let counters: PerCpuArray<&MapData, u64> =
+        PerCpuArray::try_from(ebpf.map("FUTEX_COUNTERS").context("FUTEX_COUNTERS map")?)?;
+    let mut out = [0u64; FUTEX_COUNTERS_LEN as usize];
+    for (i, slot) in out.iter_mut().enumerate() {
+        *slot = counters.get(&(i as u32), 0)?.iter().sum();
+    }
+    Ok(out)
+}
+
+/// Everything the futex probes aggregated so far. Process names not seen by the probes
+/// are filled in from `/proc` when the process is still alive.
+pub fn read_futex(ebpf: &Ebpf, comms: &mut HashMap<u32, String>) -> anyhow::Result<FutexSnapshot> {
+    let mut snap = FutexSnapshot {
+        enabled: true,
+        counters: read_futex_counters(ebpf)?,
+        ..Default::default()
+    };
+    let stats: PerCpuHashMap<&MapData, FutexKey, FutexStats> =
+        PerCpuHashMap::try_from(ebpf.map("FUTEX_STATS").context("FUTEX_STATS map")?)?;
+    for entry in stats.iter() {
+        let (key, values) = entry.context("reading FUTEX_STATS")?;
+        snap.stats
+            .push((key, FutexTotals::merge_cpus(values.iter())));
+    }
+    let calls: BpfHashMap<&MapData, u32, FutexCall> =
+        BpfHashMap::try_from(ebpf.map("FUTEX_CALLS").context("FUTEX_CALLS map")?)?;
+    for entry in calls.iter() {
+        let (_, call) = entry.context("reading FUTEX_CALLS")?;
+        *snap.in_progress.entry((call.tgid, call.uaddr)).or_default() += 1;
+    }
+    let names: BpfHashMap<&MapData, u32, [u8; 16]> =
+        BpfHashMap::try_from(ebpf.map("FUTEX_COMMS").context("FUTEX_COMMS map")?)?;
+    for entry in names.iter() {
+        let (id, comm) = entry.context("reading FUTEX_COMMS")?;
+        snap.thread_comms.insert(id, comm_to_string(&comm));
+    }
+    for (key, _) in &snap.stats {
+        if let std::collections::hash_map::Entry::Vacant(e) = comms.entry(key.tgid) {
+            let name = snap
+                .thread_comms
+                .get(&key.tgid)
+                .cloned()
+                .or_else(|| proc_comm(&format!("/proc/{}/comm", key.tgid)))
+                .unwrap_or_default();
+            e.insert(name);
+        }
+    }
+    // PI owners not seen making a PI call: ask /proc while the thread lives.
+    for (key, t) in &snap.stats {
+        let tid = t.counts.pi_owner_tid as u32;
+        if tid != 0 && !snap.thread_comms.contains_key(&tid) {
+            let path = format!("/proc/{}/task/{tid}/comm", key.tgid);
+            if let Some(name) = proc_comm(&path) {
+                snap.thread_comms.insert(tid, name);
+            }
+        }
+    }
+    Ok(snap)
+}
+
+fn proc_comm(path: &str) -> Option<String> {
+    std::fs::read_to_string(path)
+        .ok()
+        .map(|s| s.trim_end().to_owned())
+}

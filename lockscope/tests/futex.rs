@@ -1,0 +1,226 @@
+//! User-space locks on the real kernel: the futex syscall probes against workloads that
+//! count their own futex calls. The counts must be equal, not close.
+
+mod common;
+
+use std::collections::BTreeMap;
+
+use common::*;
+use serde_json::Value;
+
+/// The workload's `key: value` summary lines, from record's stdout (passed through).
+fn summary(stdout: &str) -> BTreeMap<String, String> {
+    stdout
+        .lines()
+        .filter_map(|l| l.split_once(": "))
+        .map(|(k, v)| (k.trim().to_owned(), v.trim().to_owned()))
+        .collect()
+}
+
+fn num(s: &BTreeMap<String, String>, key: &str) -> u64 {
+    s.get(key)
+        .unwrap_or_else(|| panic!("`{key}:` missing from the workload's output: {s:?}"))
+        .parse()
+        .unwrap_or_else(|_| panic!("`{key}` is not a number: {s:?}"))
+}
+
+/// Record a workload; returns its summary and the recording's entry for its lock.
+fn record_workload(name: &str, args: &[&str]) -> (BTreeMap<String, String>, Value, Value) {
+    let dir = scratch(name);
+    let file = dir.join("f.json");
+    let out = run_ok(
+        lockscope()
+            .args(["record", "-o"])
+            .arg(&file)
+            .args(["--", bin(), "workload"])
+            .args(args),
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let s = summary(&stdout);
+    let addr = s.get("lock").expect("lock address printed").clone();
+    let rec = read_json(&file);
+    let entry = rec["locks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["addr"] == addr.as_str())
+        .unwrap_or_else(|| panic!("no entry for lock {addr} in the recording:\n{stdout}"))
+        .clone();
+    (s, entry, rec)
+}
+
+fn field(entry: &Value, key: &str) -> u64 {
+    entry["futex"][key]
+        .as_u64()
+        .unwrap_or_else(|| panic!("futex.{key} in {entry}"))
+}
+
+fn assert_nothing_lost(rec: &Value) {
+    for (k, v) in rec["lost"].as_object().unwrap() {
+        assert_eq!(v.as_u64(), Some(0), "lost {k}: {rec:#}");
+    }
+    let ev = &rec["futex_events"];
+    assert_eq!(ev["unpaired_exit"], 0, "{ev}");
+    assert_eq!(ev["unpaired_enter"], 0, "{ev}");
+    assert_eq!(ev["enter"], ev["exit"], "every call paired: {ev}");
+}
+
+#[test]
+fn futex_mutex_counts_equal_the_workloads_own() {
+    let _serial = serial();
+    let (s, l, rec) = record_workload(
+        "futex-mutex",
+        &[
+            "futex-mutex",
+            "--threads",
+            "4",
+            "--seconds",
+            "2",
+            "--load",
+            "300",
+        ],
+    );
+    assert_nothing_lost(&rec);
+    assert_eq!(l["type"], "futex");
+    assert_eq!(l["comm"], "lockscope");
+    assert!(l["name"].as_str().unwrap().starts_with("futex 0x"), "{l}");
+    let waits = num(&s, "futex_wait");
+    // Four threads on two CPUs around one lock: the slow path runs; if this ever fails
+    // the workload did not contend, and exactness below would prove little.
+    assert!(waits >= 50, "too few FUTEX_WAIT calls: {s:?}");
+    assert_eq!(field(&l, "wait_calls"), waits, "{l}");
+    assert_eq!(field(&l, "eagain"), num(&s, "eagain"), "{l}");
+    assert_eq!(field(&l, "wake_calls"), num(&s, "futex_wake"), "{l}");
+    assert_eq!(field(&l, "woken"), num(&s, "woken"), "{l}");
+    assert_eq!(field(&l, "lock_pi_calls"), 0);
+    assert_eq!(field(&l, "errors"), 0);
+    // Every wait that did not return EAGAIN slept and was timed.
+    assert_eq!(
+        l["contended"].as_u64().unwrap(),
+        waits - num(&s, "eagain") - num(&s, "interrupted")
+    );
+    let hist: u64 = l["histogram"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_u64().unwrap())
+        .sum();
+    assert_eq!(hist, l["contended"].as_u64().unwrap());
+    assert!(l["wait_max_ns"].as_u64().unwrap() >= l["wait_min_ns"].as_u64().unwrap());
+}
+
+#[test]
+fn pi_futex_mutex_counts_equal_the_workloads_own() {
+    let _serial = serial();
+    let (s, l, rec) = record_workload(
+        "futex-mutex-pi",
+        &["futex-mutex", "--pi", "--threads", "4", "--seconds", "2"],
+    );
+    assert_nothing_lost(&rec);
+    assert_eq!(l["type"], "futex-pi");
+    let lock_pi = num(&s, "lock_pi");
+    assert!(lock_pi >= 50, "too few FUTEX_LOCK_PI calls: {s:?}");
+    assert_eq!(field(&l, "lock_pi_calls"), lock_pi, "{l}");
+    assert_eq!(field(&l, "unlock_pi_calls"), num(&s, "unlock_pi"), "{l}");
+    assert_eq!(field(&l, "wait_calls"), 0);
+    assert_eq!(field(&l, "errors"), 0);
+    // Each LOCK_PI blocked until it owned the lock: one timed wait per call.
+    assert_eq!(l["contended"].as_u64().unwrap(), lock_pi);
+    // The owner read from the futex word is one of the workload's threads.
+    let owner = &l["futex"]["pi_owner"];
+    assert!(owner["tid"].as_u64().unwrap() > 0, "{l}");
+    assert!(
+        owner["comm"].as_str().unwrap().starts_with("futex-mutex-"),
+        "owner thread named: {owner}"
+    );
+}
+
+#[test]
+fn futex_rwlock_counts_equal_the_workloads_own() {
+    let _serial = serial();
+    let (s, l, rec) = record_workload(
+        "futex-rwlock",
+        &[
+            "futex-rwlock",
+            "--threads",
+            "4",
+            "--seconds",
+            "2",
+            "--read-pct",
+            "70",
+        ],
+    );
+    assert_nothing_lost(&rec);
+    let waits = num(&s, "futex_wait");
+    assert!(waits >= 50, "too few FUTEX_WAIT calls: {s:?}");
+    assert_eq!(field(&l, "wait_calls"), waits, "{l}");
+    assert_eq!(field(&l, "eagain"), num(&s, "eagain"), "{l}");
+    assert_eq!(field(&l, "wake_calls"), num(&s, "futex_wake"), "{l}");
+    assert_eq!(field(&l, "woken"), num(&s, "woken"), "{l}");
+}
+
+#[test]
+fn pthread_mutex_shows_as_a_futex_at_the_mutex_address() {
+    let _serial = serial();
+    let (s, l, rec) = record_workload(
+        "pthread-mutex",
+        &[
+            "pthread-mutex",
+            "--threads",
+            "4",
+            "--seconds",
+            "2",
+            "--load",
+            "300",
+        ],
+    );
+    assert_nothing_lost(&rec);
+    assert!(num(&s, "ops") > 0);
+    // glibc's mutex waits and wakes on the word at the start of the mutex.
+    assert_eq!(l["type"], "futex");
+    assert!(field(&l, "wait_calls") > 0, "{l}");
+    assert!(field(&l, "wake_calls") > 0, "{l}");
+    assert_eq!(
+        l["futex"]["calls"]["FUTEX_WAIT"].as_u64(),
+        Some(field(&l, "wait_calls"))
+    );
+}
+
+#[test]
+fn types_without_futex_leave_the_futex_probes_out() {
+    let _serial = serial();
+    let dir = scratch("futex-types");
+    let file = dir.join("f.json");
+    run_ok(
+        lockscope()
+            .args(["record", "--types", "rwsem", "-o"])
+            .arg(&file)
+            .args(["--", bin(), "workload", "futex-mutex", "--seconds", "0.5"]),
+    );
+    let rec = read_json(&file);
+    assert!(rec.get("futex_events").is_none(), "{rec:#}");
+    assert!(
+        rec["locks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|l| !l["type"].as_str().unwrap().starts_with("futex"))
+    );
+    // Only PI futexes asked for: the wait-wake mutex is filtered, and counted so.
+    run_ok(
+        lockscope()
+            .args(["record", "--types", "futex-pi", "-o"])
+            .arg(&file)
+            .args(["--", bin(), "workload", "futex-mutex", "--seconds", "0.5"]),
+    );
+    let rec = read_json(&file);
+    assert!(
+        rec["locks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|l| l["type"] != "futex"),
+        "{rec:#}"
+    );
+    assert!(rec["futex_events"]["type_filtered"].as_u64().unwrap() > 0);
+}
