@@ -8,9 +8,11 @@
 
 pub mod contention;
 pub mod hist;
+pub mod rwsem;
 
 pub use contention::*;
 pub use hist::*;
+pub use rwsem::*;
 
 /// Compile-time size check for a wire record.
 #[macro_export]

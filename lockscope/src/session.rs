@@ -9,8 +9,9 @@ use crate::{
     aggregate::{
         Recording,
         recording::{EventCounts, SCHEMA, build_locks, lost_counts},
+        rwsem,
     },
-    probe::{LoadOptions, Probes, features},
+    probe::{LoadOptions, Probes, features, rwsem::RT_NOTE},
     source::{read_counters, read_snapshot},
     symbolize::KernelNames,
 };
@@ -55,7 +56,17 @@ impl Session {
     pub fn snapshot(&self) -> anyhow::Result<Recording> {
         let raw = read_snapshot(self.probes.ebpf())?;
         let mut lost = lost_counts(&raw.counters);
-        let locks = build_locks(&raw, &self.names, &mut lost);
+        let mut locks = build_locks(&raw, &self.names, &mut lost);
+        let deep = &self.probes.rwsem;
+        let kinds = rwsem::event_kinds(deep.mask, deep.rt, self.probes.has_mmap_lock_estimate());
+        rwsem::apply_rwsem_events(&raw, &self.names, &kinds, &mut locks);
+        let rwsem_events = rwsem::summary(
+            &raw,
+            &kinds,
+            deep.tier(),
+            deep.hook_tiers(),
+            deep.rt.then(|| RT_NOTE.to_owned()),
+        );
         Ok(Recording {
             schema: SCHEMA.to_owned(),
             lockscope_version: env!("CARGO_PKG_VERSION").to_owned(),
@@ -72,6 +83,7 @@ impl Session {
             events: EventCounts::from_counters(&raw.counters, raw.in_progress),
             lost,
             locks,
+            rwsem_events: Some(rwsem_events),
         })
     }
 

@@ -80,6 +80,10 @@ pub fn contention_end(ctx: BtfTracePointContext) -> i32 {
 
 #[inline(always)]
 fn on_begin(ctx: &BtfTracePointContext, lock: u64, flags: u32) {
+    if flags == LCB_F_READ || flags == LCB_F_WRITE {
+        // Before any filter: the rwsem deep tier needs every queueing of its slowpaths.
+        crate::probes::rwsem::on_contention_begin(bpf_get_current_pid_tgid() as u32, lock);
+    }
     let cfg = CONFIG.load();
     if !current_is_target(&cfg) {
         return;
@@ -307,5 +311,8 @@ fn account(w: &WaitStart, now: u64, ret: i32) {
     let b = log2_bucket(wait);
     if b < HIST_BUCKETS {
         s.hist[b] += 1;
+    }
+    if w.flags == LCB_F_READ || w.flags == LCB_F_WRITE {
+        crate::probes::rwsem::on_rwsem_wait_end(w.lock, w.flags, ret);
     }
 }

@@ -2,4 +2,5 @@
 
 pub mod contention;
 pub mod feature;
+pub mod rwsem;
 pub mod sched;

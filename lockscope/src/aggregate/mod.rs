@@ -2,6 +2,7 @@
 
 pub mod recording;
 pub mod rows;
+pub mod rwsem;
 pub mod stats;
 
 pub use recording::{Frame, LockEntry, Names, RawSnapshot, Recording};

@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use lockscope_common::{COUNTERS_LEN, ContentionKey, LockInfo};
+use lockscope_common::{COUNTERS_LEN, ContentionKey, LockInfo, RwsemEventCounts, RwsemEventKey};
 use serde::{Deserialize, Serialize};
 
 use super::WaitStats;
@@ -21,6 +21,10 @@ pub struct RawSnapshot {
     pub counters: [u64; COUNTERS_LEN as usize],
     /// Waits begun but not ended when the snapshot was taken.
     pub in_progress: u64,
+    /// rwsem lock events per (lock, process, side), and their per-CPU-summed
+    /// `RWSEM_COUNTERS` (totals, then losses).
+    pub rwsem_events: Vec<(RwsemEventKey, RwsemEventCounts)>,
+    pub rwsem_counters: Vec<u64>,
 }
 
 /// One symbolized stack frame.
@@ -63,6 +67,10 @@ pub struct Recording {
     /// Everything that could not be stored, by reason. All zero in a complete recording.
     pub lost: BTreeMap<String, u64>,
     pub locks: Vec<LockEntry>,
+    /// rwsem acquisition modes: tier, hooks, exact/estimate/n/a per event, and the
+    /// system-wide totals in the kernel's `lock_event_counts` names.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rwsem_events: Option<super::rwsem::RwsemEventsSummary>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -88,6 +96,10 @@ pub struct LockEntry {
     pub stats: WaitStats,
     pub callers: Vec<CallerEntry>,
     pub tasks: Vec<TaskEntry>,
+    /// rwsem entries: the lock events of this side (rwsem:R reader events, rwsem:W
+    /// writer events), `null` where the tier cannot see one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub events: Option<super::rwsem::EventValues>,
 }
 
 /// The process whose structure holds the lock (for `mmap_lock`, `siglock`, `pi_lock`).
@@ -114,6 +126,8 @@ pub struct TaskEntry {
     pub comm: String,
     #[serde(flatten)]
     pub stats: WaitStats,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub events: Option<super::rwsem::EventValues>,
 }
 
 pub const UNKNOWN_CALLER: &str = "[unknown]";
@@ -219,6 +233,7 @@ pub fn build_locks(
                     pid,
                     comm: raw.comms.get(&pid).cloned().unwrap_or_default(),
                     stats,
+                    events: None,
                 })
                 .collect();
             tasks.sort_by_key(|t| std::cmp::Reverse(t.stats.total_ns));
@@ -234,6 +249,7 @@ pub fn build_locks(
                 stats: acc.stats,
                 callers,
                 tasks,
+                events: None,
             }
         })
         .collect();
@@ -414,6 +430,7 @@ pub(crate) mod tests {
             events: EventCounts::default(),
             lost,
             locks,
+            rwsem_events: None,
         }
     }
 

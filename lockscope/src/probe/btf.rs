@@ -62,6 +62,26 @@ impl KernelBtf {
             .unwrap_or(false)
     }
 
+    /// Number of parameters of the function prototype behind a typedef'd function
+    /// pointer such as `btf_trace_mmap_lock_acquire_returned`.
+    pub fn func_proto_params(&self, typedef: &str) -> Option<usize> {
+        let types = self.btf.resolve_types_by_name(typedef).ok()?;
+        for t in types {
+            let mut t = t;
+            for _ in 0..8 {
+                match &t {
+                    Type::FuncProto(fp) => return Some(fp.parameters.len()),
+                    Type::Typedef(_) | Type::Ptr(_) | Type::Const(_) | Type::Volatile(_) => {
+                        let bt = t.as_btf_type()?;
+                        t = self.btf.resolve_chained_type(bt).ok()?;
+                    }
+                    _ => break,
+                }
+            }
+        }
+        None
+    }
+
     /// Byte offset of `field` in `struct name`, looking inside anonymous structs and unions.
     pub fn member_offset(&self, name: &str, field: &str) -> anyhow::Result<u32> {
         let types = self
