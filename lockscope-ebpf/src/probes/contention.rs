@@ -287,7 +287,7 @@ fn account(w: &WaitStart, now: u64, ret: i32) {
     let mut stats = CONTENTION_STATS.get_ptr_mut(key);
     if stats.is_none() {
         // -EEXIST: raced with ourselves from an interrupt; the lookup below finds it.
-        let _ = CONTENTION_STATS.insert(key, EMPTY_STATS, BPF_NOEXIST as u64);
+        let _ = CONTENTION_STATS.insert(key, &EMPTY_STATS, BPF_NOEXIST as u64);
         stats = CONTENTION_STATS.get_ptr_mut(key);
     }
     let Some(s) = stats else {

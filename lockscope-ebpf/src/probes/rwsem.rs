@@ -111,7 +111,7 @@ fn count_event(sem: u64, side: u32, ev: u32) {
     let mut slot = RWSEM_EVENT_STATS.get_ptr_mut(key);
     if slot.is_none() {
         // -EEXIST: an interrupt on this CPU inserted it first; the lookup finds it.
-        let _ = RWSEM_EVENT_STATS.insert(key, ZERO_COUNTS, BPF_NOEXIST as u64);
+        let _ = RWSEM_EVENT_STATS.insert(key, &ZERO_COUNTS, BPF_NOEXIST as u64);
         slot = RWSEM_EVENT_STATS.get_ptr_mut(key);
     }
     match slot {
