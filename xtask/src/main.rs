@@ -114,19 +114,18 @@ enum Cmd {
 
 fn main() {
     let cli = Cli::parse();
-    let result =
-        match cli.command {
-            Cmd::Setup => setup::setup(),
-            Cmd::Build { release } => tasks::build(release),
-            Cmd::Demo => tasks::demo(),
-            Cmd::Test {
-                quick,
-                vm,
-                test_args,
-            } => tasks::test(quick, &test_args)
-                .and_then(|()| if vm { vm::vm_test(None) } else { Ok(()) }),
-            Cmd::VmTest { kernel } => vm::vm_test(Some(&kernel)),
-        };
+    let result = match cli.command {
+        Cmd::Setup => setup::setup(),
+        Cmd::Build { release } => tasks::build(release),
+        Cmd::Demo => tasks::demo(),
+        Cmd::Test {
+            quick,
+            vm,
+            test_args,
+        } => tasks::test(quick, &test_args)
+            .and_then(|()| if vm { vm::vm_test(None) } else { Ok(()) }),
+        Cmd::VmTest { kernel } => vm::vm_test(Some(&kernel)),
+    };
     if let Err(err) = result {
         eprintln!("error: {err:#}");
         let code = err

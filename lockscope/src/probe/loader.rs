@@ -196,6 +196,22 @@ impl Probes {
     }
 }
 
+/// Try the rwsem deep-tier hooks for real (load and attach each, then detach), for
+/// `doctor`. System-wide attach for a moment: nothing is recorded.
+pub fn probe_rwsem_hooks() -> anyhow::Result<DeepTier> {
+    let kbtf = KernelBtf::load(&PathBuf::from(VMLINUX_BTF))?;
+    let rwsem_config = rwsem::rwsem_config(&kbtf);
+    let btf = Btf::from_sys_fs().context("reading kernel BTF")?;
+    let mut ebpf = EbpfLoader::new()
+        .btf(Some(&btf))
+        .override_global("RWSEM_CONFIG", &rwsem_config.unwrap_or_default(), true)
+        .load(PROBES_OBJ)
+        .context("loading the eBPF probes into the kernel")?;
+    let mut tier = DeepTier::attach(&mut ebpf, &btf, rwsem_config.is_some());
+    tier.detach(&mut ebpf);
+    Ok(tier)
+}
+
 /// How a probe hooks into the kernel.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum HookKind {

@@ -13,10 +13,12 @@
 
 mod churn;
 mod fault;
+mod handoff;
 mod sys;
 
 pub use churn::MmapChurnArgs;
 pub use fault::MmapFaultArgs;
+pub use handoff::MmapHandoffArgs;
 
 /// A built-in workload that generates kernel lock contention.
 #[derive(Debug, clap::Subcommand)]
@@ -67,6 +69,19 @@ pub enum Workload {
     /// per role, per second and in total.
     #[command(verbatim_doc_comment)]
     MmapChurn(MmapChurnArgs),
+
+    /// Long `mmap_lock` read holds against writers: rwsem handoffs.
+    ///
+    /// Long readers loop on madvise(MADV_POPULATE_WRITE) over their own region
+    /// (--region-mib, default 16: every page faulted in with mmap_lock held for
+    /// read) and madvise(MADV_DONTNEED); writers loop on mmap + touch + munmap of
+    /// one page; short readers on msync. Writers waiting behind the long read
+    /// holds pass the ~4 ms handoff timeout and set the handoff bit
+    /// (rwsem_wlock_handoff); short readers queued behind writers that keep
+    /// stealing the lock request a handoff too (rwsem_rlock_handoff). Needs
+    /// Linux 5.14+ (MADV_POPULATE_WRITE).
+    #[command(verbatim_doc_comment)]
+    MmapHandoff(MmapHandoffArgs),
 }
 
 /// Runs the selected workload to completion, printing its summary on stdout.
@@ -74,5 +89,6 @@ pub fn run(w: &Workload) -> anyhow::Result<()> {
     match w {
         Workload::MmapFault(args) => fault::run(args),
         Workload::MmapChurn(args) => churn::run(args),
+        Workload::MmapHandoff(args) => handoff::run(args),
     }
 }
