@@ -365,7 +365,11 @@ pub fn parse_guest_log(log: &str) -> GuestLog {
     let mut step: Option<(String, String)> = None;
     let mut file: Option<(String, String)> = None;
     for raw in log.lines() {
-        let line = raw.trim_end_matches('\r');
+        let mut line = raw.trim_end_matches('\r');
+        // The console's terminal resets may precede a marker on its line.
+        if let Some(at) = line.find("LOCKSCOPE-VM-") {
+            line = &line[at..];
+        }
         if let Some((name, buf)) = &mut file {
             if line == format!("LOCKSCOPE-VM-FILE-END {name}") {
                 let (name, buf) = file.take().unwrap_or_default();
@@ -737,7 +741,7 @@ mod tests {
 
     #[test]
     fn guest_log_is_split_by_markers() {
-        let log = "noise\r\nLOCKSCOPE-VM-BOOTED 6.1.0-57-amd64 cpus=2\r\n\
+        let log = "noise\r\n\x1bc\x1b[?7lLOCKSCOPE-VM-BOOTED 6.1.0-57-amd64 cpus=2\r\n\
                    LOCKSCOPE-VM-STEP-BEGIN doctor\nkernel ok 6.1\nLOCKSCOPE-VM-STEP-END doctor rc=0\n\
                    LOCKSCOPE-VM-STEP-BEGIN churn\nboom\nLOCKSCOPE-VM-STEP-END churn rc=3\n\
                    LOCKSCOPE-VM-FILE-BEGIN churn.json\n{\"a\": 1}\n\nLOCKSCOPE-VM-FILE-END churn.json\n\

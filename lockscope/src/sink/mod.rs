@@ -1,3 +1,4 @@
 //! Sinks of the pipeline: the report renderings (table, JSON, CSV).
 
+pub mod events;
 pub mod report;
