@@ -262,19 +262,19 @@ mod tests {
         ));
         // Owned by readers, more than one reader counted: queue behind the waiter.
         assert!(!rwsem_read_would_steal(
-            3 * RWSEM_READER_BIAS | RWSEM_FLAG_WAITERS,
+            (3 * RWSEM_READER_BIAS) | RWSEM_FLAG_WAITERS,
             TASK | RWSEM_OWNER_READER_OWNED
         ));
         // Several readers counted but the owner word names a writer: steal.
         assert!(rwsem_read_would_steal(
-            3 * RWSEM_READER_BIAS | RWSEM_FLAG_WAITERS,
+            (3 * RWSEM_READER_BIAS) | RWSEM_FLAG_WAITERS,
             TASK
         ));
     }
 
     #[test]
     fn reader_count_is_signed_like_the_kernel() {
-        assert_eq!(rwsem_reader_count(5 * RWSEM_READER_BIAS | 7), 5);
+        assert_eq!(rwsem_reader_count((5 * RWSEM_READER_BIAS) | 7), 5);
         assert!(rwsem_reader_count(RWSEM_FLAG_READFAIL) < 0);
     }
 

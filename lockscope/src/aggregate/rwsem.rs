@@ -140,9 +140,9 @@ pub fn apply_rwsem_events(
     for (key, counts) in &raw.rwsem_events {
         let acc = by_lock.entry((key.lock, key.side)).or_default();
         let task = acc.1.entry(key.tgid).or_default();
-        for e in 0..RWSEM_EVENTS {
-            acc.0[e] += counts.n[e];
-            task[e] += counts.n[e];
+        for (e, n) in counts.n.iter().enumerate() {
+            acc.0[e] += n;
+            task[e] += n;
         }
     }
     // Every rwsem entry gets an events object, all zeros (or n/a) without events.
@@ -359,8 +359,10 @@ mod tests {
 
     #[test]
     fn summary_uses_kernel_names_and_nulls() {
-        let mut raw = RawSnapshot::default();
-        raw.rwsem_counters = vec![0; RWSEM_COUNTERS_LEN as usize];
+        let mut raw = RawSnapshot {
+            rwsem_counters: vec![0; RWSEM_COUNTERS_LEN as usize],
+            ..Default::default()
+        };
         raw.rwsem_counters[EV_RLOCK] = 7;
         raw.rwsem_counters[EV_RLOCK_STEAL] = 5;
         raw.rwsem_counters[RWC_LOST_MAP_FULL as usize] = 1;

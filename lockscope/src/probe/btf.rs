@@ -32,7 +32,9 @@ impl KernelOffsets {
             sighand_siglock: btf.member_offset("sighand_struct", "siglock")?,
             task_group_leader: btf.member_offset("task_struct", "group_leader")?,
             task_comm: btf.member_offset("task_struct", "comm")?,
-            rwsem_wait_lock: btf.member_offset("rw_semaphore", "wait_lock")?,
+            // PREEMPT_RT's rw_semaphore wraps an rtmutex and has no `wait_lock` of its
+            // own: 0 never matches (offset 0 is the rwsem itself, named first).
+            rwsem_wait_lock: btf.member_offset("rw_semaphore", "wait_lock").unwrap_or(0),
         })
     }
 }
