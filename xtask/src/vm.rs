@@ -572,6 +572,13 @@ pub fn check_guest(k: &GuestKernel, g: &GuestLog) -> GuestReport {
                 short(&rec.pointer("/rwsem_events/system").cloned())
             ));
             if k.rt {
+                let system = rec
+                    .pointer("/rwsem_events/system")
+                    .and_then(Value::as_object);
+                check(
+                    system.is_some_and(|s| s.len() == 16 && s.values().all(Value::is_null)),
+                    "PREEMPT_RT: every rwsem_* system count is n/a (null), none is 0".into(),
+                );
                 let steal = event(&r, "rlock_steal");
                 check(
                     steal.is_none(),
