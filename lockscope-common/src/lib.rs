@@ -9,10 +9,12 @@
 pub mod contention;
 pub mod futex;
 pub mod hist;
+pub mod rwsem;
 
 pub use contention::*;
 pub use futex::*;
 pub use hist::*;
+pub use rwsem::*;
 
 /// Compile-time size check for a wire record.
 #[macro_export]

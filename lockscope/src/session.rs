@@ -11,8 +11,9 @@ use crate::{
         Recording,
         futex::{FutexEvents, futex_type_filtered},
         recording::{EventCounts, SCHEMA, build_locks, lost_counts},
+        rwsem,
     },
-    probe::{LoadOptions, Probes, features},
+    probe::{LoadOptions, Probes, features, rwsem::RT_NOTE},
     source::{read_counters, read_lock_totals, read_snapshot},
     symbolize::KernelNames,
 };
@@ -64,7 +65,17 @@ impl Session {
         let mut raw = read_snapshot(self.probes.ebpf(), self.probes.futex)?;
         raw.futex.types = self.futex_types.clone();
         let mut lost = lost_counts(&raw.counters);
-        let locks = build_locks(&raw, &self.names, &mut lost);
+        let mut locks = build_locks(&raw, &self.names, &mut lost);
+        let deep = &self.probes.rwsem;
+        let kinds = rwsem::event_kinds(deep.mask, deep.rt, self.probes.has_mmap_lock_estimate());
+        rwsem::apply_rwsem_events(&raw, &self.names, &kinds, &mut locks);
+        let rwsem_events = rwsem::summary(
+            &raw,
+            &kinds,
+            deep.tier(),
+            deep.hook_tiers(),
+            deep.rt.then(|| RT_NOTE.to_owned()),
+        );
         Ok(Recording {
             schema: SCHEMA.to_owned(),
             lockscope_version: env!("CARGO_PKG_VERSION").to_owned(),
@@ -86,6 +97,7 @@ impl Session {
                 .futex
                 .enabled
                 .then(|| FutexEvents::from_snapshot(&raw.futex, futex_type_filtered(&raw.futex))),
+            rwsem_events: Some(rwsem_events),
         })
     }
 

@@ -474,12 +474,10 @@ fn sigint_detaches_and_exits_zero() {
     );
     wait_healthy(port, &mut serve, &log);
     let ours = bpf_ids_of(serve.0.id());
-    // A pid target also follows forks: three programs.
-    assert_eq!(
-        ours.iter().filter(|(k, _)| k == "prog_id").count(),
-        3,
-        "{ours:?}"
-    );
+    // Contention begin/end, the fork follower for a pid target, and the tracepoint-tier
+    // mmap_lock estimate probe where that tracepoint exists.
+    let progs = ours.iter().filter(|(k, _)| k == "prog_id").count();
+    assert!((3..=4).contains(&progs), "{ours:?}");
     let (_, text) = http_get(port, "/metrics").unwrap();
     assert!(
         text.contains("lockscope_probe_attached{probe=\"sched_process_fork\""),

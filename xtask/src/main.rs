@@ -6,6 +6,7 @@
 mod setup;
 mod tasks;
 mod util;
+mod vm;
 
 use clap::{Parser, Subcommand};
 
@@ -76,14 +77,37 @@ enum Cmd {
         #[arg(long)]
         quick: bool,
 
+        /// After the host tests, also run `vm-test` on every guest kernel.
+        #[arg(long)]
+        vm: bool,
+
         /// Extra arguments for `cargo test`, after `--` (e.g. a test name filter;
         /// use `-- -- --nocapture` to reach the test binaries).
         #[arg(last = true, value_name = "ARGS")]
         test_args: Vec<String>,
     },
+
+    /// Boot other kernels under QEMU and check the deep probe tier there.
+    #[command(
+        long_about = "Boot Debian kernels under `qemu-system-x86_64 -accel tcg` (KVM \
+        guests hang on these machines) with an initramfs built here: busybox, the release \
+        lockscope binary and its shared libraries, and an /init that mounts proc, sys, \
+        tracefs, debugfs and bpffs, runs `lockscope doctor` and records the built-in \
+        mmap-churn and mmap-handoff workloads. The host then checks the recordings: the \
+        deep tier is active for the rwsem probes, the mmap_lock shows reader steals, \
+        optimistic-spin write locks, queued reads and writes and handoffs, and (PREEMPT_RT) \
+        that events which do not exist there are reported as n/a.\n\n\
+        Installs qemu-system-x86, busybox-static and the kernel packages when missing. \
+        Serial logs are kept in target/vm/. Fails on any failed check or a guest that \
+        does not finish within 7 minutes (qemu is killed)."
+    )]
+    VmTest {
+        /// Which kernel: 6.1 (linux-image-amd64), 6.12 (linux-image-6.12-amd64),
+        /// 6.12-rt (linux-image-6.12-rt-amd64), or all.
+        #[arg(long, value_name = "KERNEL", default_value = "all")]
+        kernel: String,
+    },
     // Planned, not implemented yet:
-    // /// Run the privileged tests in VMs across kernel versions.
-    // VmTest { .. },
     // /// Measure profiler overhead on the built-in workloads.
     // Bench { .. },
 }
@@ -94,7 +118,13 @@ fn main() {
         Cmd::Setup => setup::setup(),
         Cmd::Build { release } => tasks::build(release),
         Cmd::Demo => tasks::demo(),
-        Cmd::Test { quick, test_args } => tasks::test(quick, &test_args),
+        Cmd::Test {
+            quick,
+            vm,
+            test_args,
+        } => tasks::test(quick, &test_args)
+            .and_then(|()| if vm { vm::vm_test(None) } else { Ok(()) }),
+        Cmd::VmTest { kernel } => vm::vm_test(Some(&kernel)),
     };
     if let Err(err) = result {
         eprintln!("error: {err:#}");

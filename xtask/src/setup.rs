@@ -171,11 +171,17 @@ fn component_matches(installed_name: &str, wanted: &str) -> bool {
 // ---------------------------------------------------------------- apt
 
 fn ensure_debian_packages() -> Result<usize> {
+    ensure_packages(DEBIAN_PACKAGES)
+}
+
+/// Install, only when missing, these Debian packages (`vm-test` uses it for qemu and
+/// the guest kernels). Returns how many were installed.
+pub fn ensure_packages(wanted: &[&str]) -> Result<usize> {
     if util::which("dpkg-query").is_none() {
         bail!(
             "setup: `dpkg-query` not found: this is not a Debian-like system; install these \
              packages (or equivalents) by hand: {}",
-            DEBIAN_PACKAGES.join(" ")
+            wanted.join(" ")
         );
     }
     // One call for all packages. Unknown packages make dpkg-query exit 1 and
@@ -183,10 +189,10 @@ fn ensure_debian_packages() -> Result<usize> {
     let out = Command::new("dpkg-query")
         .arg("-W")
         .arg("-f=${Package} ${Status}\\n")
-        .args(DEBIAN_PACKAGES)
+        .args(wanted)
         .output()
         .context("setup: could not run dpkg-query")?;
-    let missing = missing_packages(&String::from_utf8_lossy(&out.stdout), DEBIAN_PACKAGES);
+    let missing = missing_packages(&String::from_utf8_lossy(&out.stdout), wanted);
     if missing.is_empty() {
         return Ok(0);
     }

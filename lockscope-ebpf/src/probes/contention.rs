@@ -80,6 +80,10 @@ pub fn contention_end(ctx: BtfTracePointContext) -> i32 {
 
 #[inline(always)]
 fn on_begin(ctx: &BtfTracePointContext, lock: u64, flags: u32) {
+    if flags == LCB_F_READ || flags == LCB_F_WRITE {
+        // Before any filter: the rwsem deep tier needs every queueing of its slowpaths.
+        crate::probes::rwsem::on_contention_begin(bpf_get_current_pid_tgid() as u32, lock);
+    }
     let cfg = CONFIG.load();
     if !current_is_target(&cfg) {
         return;
@@ -283,7 +287,10 @@ fn account(w: &WaitStart, now: u64, ret: i32) {
     let mut stats = CONTENTION_STATS.get_ptr_mut(key);
     if stats.is_none() {
         // -EEXIST: raced with ourselves from an interrupt; the lookup below finds it.
-        let _ = CONTENTION_STATS.insert(key, EMPTY_STATS, BPF_NOEXIST as u64);
+        // By reference: the value is read from .rodata instead of being copied to the
+        // stack (the copy overflowed the 512-byte stack on 6.1's verifier).
+        #[allow(clippy::needless_borrows_for_generic_args)]
+        let _ = CONTENTION_STATS.insert(key, &EMPTY_STATS, BPF_NOEXIST as u64);
         stats = CONTENTION_STATS.get_ptr_mut(key);
     }
     let Some(s) = stats else {
@@ -307,5 +314,8 @@ fn account(w: &WaitStart, now: u64, ret: i32) {
     let b = log2_bucket(wait);
     if b < HIST_BUCKETS {
         s.hist[b] += 1;
+    }
+    if w.flags == LCB_F_READ || w.flags == LCB_F_WRITE {
+        crate::probes::rwsem::on_rwsem_wait_end(w.lock, w.flags, ret);
     }
 }

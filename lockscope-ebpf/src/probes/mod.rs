@@ -3,4 +3,5 @@
 pub mod contention;
 pub mod feature;
 pub mod futex;
+pub mod rwsem;
 pub mod sched;

@@ -310,10 +310,12 @@ fn entry(
             pid,
             comm: comm.clone(),
             stats: stats.clone(),
+            events: None,
         }],
         stats,
         callers: Vec::new(),
         user: Some(UserLock { pid, comm, futex }),
+        events: None,
     }
 }
 

@@ -377,6 +377,7 @@ mod tests {
             addr: addr.into(),
             lock_type: t,
             user: None,
+            events: None,
             name: format!("lock {addr}"),
             owner: Some(Owner {
                 field: "mmap_lock".into(),
@@ -394,6 +395,7 @@ mod tests {
                     pid: *pid,
                     comm: format!("t{pid}"),
                     stats: s.clone(),
+                    events: None,
                 })
                 .collect(),
             stats,
@@ -419,6 +421,7 @@ mod tests {
             locks,
             timeline: None,
             futex_events: None,
+            rwsem_events: None,
         }
     }
 

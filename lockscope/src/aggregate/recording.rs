@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use lockscope_common::{COUNTERS_LEN, ContentionKey, LockInfo};
+use lockscope_common::{COUNTERS_LEN, ContentionKey, LockInfo, RwsemEventCounts, RwsemEventKey};
 use serde::{Deserialize, Serialize};
 
 use super::{
@@ -28,6 +28,10 @@ pub struct RawSnapshot {
     pub in_progress: u64,
     /// User-space locks: the futex probes' aggregates.
     pub futex: FutexSnapshot,
+    /// rwsem lock events per (lock, process, side), and their per-CPU-summed
+    /// `RWSEM_COUNTERS` (totals, then losses).
+    pub rwsem_events: Vec<(RwsemEventKey, RwsemEventCounts)>,
+    pub rwsem_counters: Vec<u64>,
 }
 
 /// One symbolized stack frame.
@@ -76,6 +80,10 @@ pub struct Recording {
     /// Futex syscalls seen (when the futex probes ran).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub futex_events: Option<FutexEvents>,
+    /// rwsem acquisition modes: tier, hooks, exact/estimate/n/a per event, and the
+    /// system-wide totals in the kernel's `lock_event_counts` names.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rwsem_events: Option<super::rwsem::RwsemEventsSummary>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -104,6 +112,10 @@ pub struct LockEntry {
     /// User-space locks (futex words): `pid`, `comm` and the `futex` object.
     #[serde(flatten, default, skip_serializing_if = "Option::is_none")]
     pub user: Option<UserLock>,
+    /// rwsem entries: the lock events of this side (rwsem:R reader events, rwsem:W
+    /// writer events), `null` where the tier cannot see one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub events: Option<super::rwsem::EventValues>,
 }
 
 /// The process whose structure holds the lock (for `mmap_lock`, `siglock`, `pi_lock`).
@@ -130,6 +142,8 @@ pub struct TaskEntry {
     pub comm: String,
     #[serde(flatten)]
     pub stats: WaitStats,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub events: Option<super::rwsem::EventValues>,
 }
 
 pub const UNKNOWN_CALLER: &str = "[unknown]";
@@ -235,6 +249,7 @@ pub fn build_locks(
                     pid,
                     comm: raw.comms.get(&pid).cloned().unwrap_or_default(),
                     stats,
+                    events: None,
                 })
                 .collect();
             tasks.sort_by_key(|t| std::cmp::Reverse(t.stats.total_ns));
@@ -251,6 +266,7 @@ pub fn build_locks(
                 callers,
                 tasks,
                 user: None,
+                events: None,
             }
         })
         .collect();
@@ -440,6 +456,7 @@ pub(crate) mod tests {
             locks,
             timeline: None,
             futex_events: None,
+            rwsem_events: None,
         }
     }
 

@@ -5,7 +5,8 @@ use std::{path::Path, process::ExitCode};
 use crate::probe::{
     btf::{KernelBtf, KernelOffsets, VMLINUX_BTF},
     features,
-    loader::{FUTEX_PROGRAMS, FUTEX_RESTART_EXIT, HookKind, try_load},
+    loader::{FUTEX_PROGRAMS, FUTEX_RESTART_EXIT, HookKind, probe_rwsem_hooks, try_load},
+    rwsem::HOOKS,
 };
 
 /// The futex syscall probes (user-space locks) and what pthread attribution would need.
@@ -178,21 +179,7 @@ pub fn run() -> anyhow::Result<ExitCode> {
         println!("{tp:<22} {:<11} {word:<10} {detail}", "tracepoint");
     }
     futex_rows(tracefs.as_ref().ok().map(|p| p.as_path()), can_load);
-    println!(
-        "{:<22} {:<11} {:<10} {}",
-        "rwsem/qspinlock deep",
-        "deep",
-        if fentry.is_ok() || kprobes {
-            "possible"
-        } else {
-            "missing"
-        },
-        if fentry.is_ok() || kprobes {
-            "kernel allows fentry or kprobes; deep-tier probes are not in this version yet"
-        } else {
-            "needs fentry or kprobes, which this kernel refuses: tracepoint tier only"
-        }
-    );
+    rwsem_section(can_load);
 
     if usable == 2 {
         println!("\nready: lock contention can be traced (tracepoint tier)");
@@ -200,5 +187,42 @@ pub fn run() -> anyhow::Result<ExitCode> {
     } else {
         println!("\nnothing can be traced: fix the items marked `no` or `missing` above");
         Ok(ExitCode::FAILURE)
+    }
+}
+
+/// The rwsem lock-event hooks: how each is attached on this kernel (tried for real).
+fn rwsem_section(can_load: bool) {
+    println!();
+    println!(
+        "{:<26} {:<11} {:<10} detail",
+        "rwsem lock-event hook", "tier", "status"
+    );
+    let tier = if can_load {
+        probe_rwsem_hooks().map_err(|e| format!("{e:#}"))
+    } else {
+        Err("not tried: needs BTF and privileges".to_owned())
+    };
+    match tier {
+        Ok(t) => {
+            for (h, def) in t.hooks.iter().zip(HOOKS.iter()) {
+                let (word, tier_name) = match h.tier {
+                    Some(tier) => ("active", tier),
+                    None => ("missing", "tracepoint"),
+                };
+                let detail = match h.tier {
+                    Some(_) => format!("{} [{}]", def.role, h.detail),
+                    None => format!("{}: {}", def.role, h.detail),
+                };
+                println!("{:<26} {tier_name:<11} {word:<10} {detail}", h.func);
+            }
+            let summary = match t.tier() {
+                "deep" => "rwsem lock events: deep tier (exact counts per lock and task)".to_owned(),
+                "mixed" => "rwsem lock events: deep tier for some hooks; the rest are tracepoint-tier estimates or n/a".to_owned(),
+                _ if t.rt => format!("rwsem lock events: n/a ({})", super::super::probe::rwsem::RT_NOTE),
+                _ => "rwsem lock events: tracepoint tier only (queued rlock/wlock exact; handoffs and mmap_lock trylock failures estimated; steals, fast reads, spinning, sleeps and wakes n/a)".to_owned(),
+            };
+            println!("{summary}");
+        }
+        Err(e) => println!("{:<26} {:<11} {:<10} {e}", "(all)", "-", "missing"),
     }
 }

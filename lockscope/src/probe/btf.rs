@@ -32,7 +32,9 @@ impl KernelOffsets {
             sighand_siglock: btf.member_offset("sighand_struct", "siglock")?,
             task_group_leader: btf.member_offset("task_struct", "group_leader")?,
             task_comm: btf.member_offset("task_struct", "comm")?,
-            rwsem_wait_lock: btf.member_offset("rw_semaphore", "wait_lock")?,
+            // PREEMPT_RT's rw_semaphore wraps an rtmutex and has no `wait_lock` of its
+            // own: 0 never matches (offset 0 is the rwsem itself, named first).
+            rwsem_wait_lock: btf.member_offset("rw_semaphore", "wait_lock").unwrap_or(0),
         })
     }
 }
@@ -60,6 +62,26 @@ impl KernelBtf {
             .resolve_ids_by_name(name)
             .map(|ids| !ids.is_empty())
             .unwrap_or(false)
+    }
+
+    /// Number of parameters of the function prototype behind a typedef'd function
+    /// pointer such as `btf_trace_mmap_lock_acquire_returned`.
+    pub fn func_proto_params(&self, typedef: &str) -> Option<usize> {
+        let types = self.btf.resolve_types_by_name(typedef).ok()?;
+        for t in types {
+            let mut t = t;
+            for _ in 0..8 {
+                match &t {
+                    Type::FuncProto(fp) => return Some(fp.parameters.len()),
+                    Type::Typedef(_) | Type::Ptr(_) | Type::Const(_) | Type::Volatile(_) => {
+                        let bt = t.as_btf_type()?;
+                        t = self.btf.resolve_chained_type(bt).ok()?;
+                    }
+                    _ => break,
+                }
+            }
+        }
+        None
     }
 
     /// Byte offset of `field` in `struct name`, looking inside anonymous structs and unions.

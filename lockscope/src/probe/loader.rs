@@ -14,6 +14,7 @@ use lockscope_common::{FILTER_ALL, FILTER_CGROUP, FILTER_TGIDS, ProbeConfig, fut
 use super::{
     btf::{KernelBtf, KernelOffsets, VMLINUX_BTF},
     features,
+    rwsem::{self, DeepTier},
 };
 use crate::decode::{LockType, flags_mask};
 
@@ -45,6 +46,9 @@ pub struct Probes {
     ebpf: Ebpf,
     links: Vec<(String, FdLink)>,
     pub tier: &'static str,
+    /// The rwsem lock-event hooks and how each is attached.
+    pub rwsem: DeepTier,
+    mmap_estimate: bool,
     /// Tracefs tracepoint links (the futex syscall probes).
     tp_links: Vec<(String, TracePointLink)>,
     /// The futex probes are attached (user-space locks are recorded).
@@ -131,12 +135,14 @@ impl Probes {
             }
         }
 
+        let rwsem_config = rwsem::rwsem_config(&kbtf);
         let btf = Btf::from_sys_fs().context("reading kernel BTF")?;
         let cpus = aya::util::nr_cpus().map(|n| n as u32).unwrap_or(1);
         let mut ebpf = EbpfLoader::new()
             .btf(Some(&btf))
             .override_global("CONFIG", &config, true)
             .map_max_entries("FUTEX_STATS", futex_stats_entries(cpus))
+            .override_global("RWSEM_CONFIG", &rwsem_config.unwrap_or_default(), true)
             .load(PROBES_OBJ)
             .context("loading the eBPF probes into the kernel")?;
 
@@ -157,6 +163,8 @@ impl Probes {
             tp_links: Vec::new(),
             futex: false,
             futex_missing: Vec::new(),
+            rwsem: DeepTier::default(),
+            mmap_estimate: false,
         };
         for (prog, tp) in CONTENTION_PROGRAMS {
             probes.attach_tp_btf(prog, tp, &btf)?;
@@ -166,6 +174,24 @@ impl Probes {
         }
         if config.filter_mode == FILTER_TGIDS {
             probes.attach_tp_btf("sched_process_fork", "sched_process_fork", &btf)?;
+        }
+        probes.rwsem = DeepTier::attach(&mut probes.ebpf, &btf, rwsem_config.is_some());
+        rwsem::publish_mask(&mut probes.ebpf, probes.rwsem.mask)?;
+        // Tracepoint-tier estimate of mmap_lock trylock failures (absent before 5.19's
+        // mmap_lock events or when the trylock hooks run: then it counts nothing).
+        if let Some(rc) = rwsem_config
+            && kbtf.has_type("btf_trace_mmap_lock_acquire_returned")
+        {
+            let prog = if rc.mmap_success_arg == 3 {
+                "rwsem_mmap_lock_acquire_returned4"
+            } else {
+                "rwsem_mmap_lock_acquire_returned3"
+            };
+            probes.attach_tp_btf(prog, "mmap_lock_acquire_returned", &btf)?;
+            probes.mmap_estimate = true;
+        }
+        if probes.rwsem.tier() != "tracepoint" {
+            probes.tier = "deep";
         }
         Ok(probes)
     }
@@ -223,6 +249,11 @@ impl Probes {
         Ok(())
     }
 
+    /// Is the tracepoint-tier estimate of mmap_lock trylock failures attached?
+    pub fn has_mmap_lock_estimate(&self) -> bool {
+        self.mmap_estimate
+    }
+
     /// Names of the attached probes.
     pub fn attached(&self) -> Vec<String> {
         self.links
@@ -240,11 +271,28 @@ impl Probes {
         for (_, link) in self.tp_links.drain(..) {
             let _ = link.detach();
         }
+        self.rwsem.detach(&mut self.ebpf);
     }
 
     pub fn ebpf(&self) -> &Ebpf {
         &self.ebpf
     }
+}
+
+/// Try the rwsem deep-tier hooks for real (load and attach each, then detach), for
+/// `doctor`. System-wide attach for a moment: nothing is recorded.
+pub fn probe_rwsem_hooks() -> anyhow::Result<DeepTier> {
+    let kbtf = KernelBtf::load(&PathBuf::from(VMLINUX_BTF))?;
+    let rwsem_config = rwsem::rwsem_config(&kbtf);
+    let btf = Btf::from_sys_fs().context("reading kernel BTF")?;
+    let mut ebpf = EbpfLoader::new()
+        .btf(Some(&btf))
+        .override_global("RWSEM_CONFIG", &rwsem_config.unwrap_or_default(), true)
+        .load(PROBES_OBJ)
+        .context("loading the eBPF probes into the kernel")?;
+    let mut tier = DeepTier::attach(&mut ebpf, &btf, rwsem_config.is_some());
+    tier.detach(&mut ebpf);
+    Ok(tier)
 }
 
 /// How a probe hooks into the kernel.
@@ -286,6 +334,7 @@ pub fn try_load(prog: &str, kind: HookKind, target: &str) -> Result<(), String> 
 
 /// An error and its sources on one line (the kernel's errno is usually the last), with a
 /// verifier log cut to its verdict.
+/// `LOCKSCOPE_VERIFIER_LOG=1` keeps the whole verifier log.
 pub fn error_chain(e: &dyn std::error::Error) -> String {
     let mut s = e.to_string();
     let mut src = e.source();
@@ -293,6 +342,9 @@ pub fn error_chain(e: &dyn std::error::Error) -> String {
         s.push_str(": ");
         s.push_str(&inner.to_string());
         src = inner.source();
+    }
+    if std::env::var_os("LOCKSCOPE_VERIFIER_LOG").is_some() {
+        return s;
     }
     match s.split_once("Verifier output:") {
         Some((head, log)) => {

@@ -3,5 +3,6 @@
 pub mod btf;
 pub mod features;
 pub mod loader;
+pub mod rwsem;
 
 pub use loader::{LoadOptions, Probes, Target};

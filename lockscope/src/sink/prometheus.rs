@@ -442,6 +442,7 @@ mod tests {
             addr: format!("0x{:x}", name.len()),
             lock_type: t,
             user: None,
+            events: None,
             name: name.to_owned(),
             owner: None,
             stats: wait(ns, n),

@@ -56,8 +56,8 @@ pub fn render(rec: &Recording, opts: &ReportOptions) -> anyhow::Result<String> {
         opts.limit.min(r.len())
     };
     Ok(match opts.format {
-        Format::Csv => csv(&r[..shown], opts.by),
-        _ => table(rec, &r, shown, opts.by),
+        Format::Csv => csv(rec, &r[..shown], opts.by),
+        _ => table(rec, &r, shown, opts.by) + &super::events::events_table(rec, opts.limit),
     })
 }
 
@@ -195,16 +195,23 @@ fn csv_field(s: &str) -> String {
     }
 }
 
-fn csv(rows: &[Row], by: GroupBy) -> String {
+/// By lock, the rwsem lock events follow as one column each (empty: n/a).
+fn csv(rec: &Recording, rows: &[Row], by: GroupBy) -> String {
+    let events = by == GroupBy::Lock;
     let mut out = format!(
-        "{},type,addr,contended,failed,wait_total_ns,wait_max_ns,wait_min_ns,wait_avg_ns,wait_p50_ns_est,wait_p99_ns_est,top_caller\n",
-        name_header(by)
+        "{},type,addr,contended,failed,wait_total_ns,wait_max_ns,wait_min_ns,wait_avg_ns,wait_p50_ns_est,wait_p99_ns_est,top_caller{}\n",
+        name_header(by),
+        if events {
+            super::events::csv_header()
+        } else {
+            String::new()
+        }
     );
     for r in rows {
         let s = &r.stats;
         let _ = writeln!(
             out,
-            "{},{},{},{},{},{},{},{},{},{},{},{}",
+            "{},{},{},{},{},{},{},{},{},{},{},{}{}",
             csv_field(&r.name),
             csv_field(&r.lock_type),
             r.addr,
@@ -216,7 +223,12 @@ fn csv(rows: &[Row], by: GroupBy) -> String {
             s.avg_ns(),
             s.percentile_ns(50.0),
             s.percentile_ns(99.0),
-            csv_field(&r.top_caller)
+            csv_field(&r.top_caller),
+            if events {
+                super::events::csv_cells(rec, &r.addr, &r.lock_type)
+            } else {
+                String::new()
+            }
         );
     }
     out

@@ -11,7 +11,8 @@ use aya::{
     maps::{HashMap as BpfHashMap, MapData, PerCpuArray, PerCpuHashMap},
 };
 use lockscope_common::{
-    COUNTERS_LEN, ContentionKey, ContentionStats, LockInfo, StackFrames, WaitStart,
+    COUNTERS_LEN, ContentionKey, ContentionStats, LockInfo, RWSEM_COUNTERS_LEN, RwsemEventCounts,
+    RwsemEventKey, StackFrames, WaitStart,
 };
 
 use std::collections::BTreeMap;
@@ -110,5 +111,25 @@ pub fn read_snapshot(ebpf: &Ebpf, futex: bool) -> anyhow::Result<RawSnapshot> {
     if futex {
         raw.futex = futex::read_futex(ebpf, &mut raw.comms)?;
     }
+
+    let events: PerCpuHashMap<&MapData, RwsemEventKey, RwsemEventCounts> = PerCpuHashMap::try_from(
+        ebpf.map("RWSEM_EVENT_STATS")
+            .context("RWSEM_EVENT_STATS map")?,
+    )?;
+    for entry in events.iter() {
+        let (key, values) = entry.context("reading RWSEM_EVENT_STATS")?;
+        let mut sum = RwsemEventCounts::default();
+        for cpu in values.iter() {
+            for (s, v) in sum.n.iter_mut().zip(cpu.n.iter()) {
+                *s += v;
+            }
+        }
+        raw.rwsem_events.push((key, sum));
+    }
+    let counters: PerCpuArray<&MapData, u64> =
+        PerCpuArray::try_from(ebpf.map("RWSEM_COUNTERS").context("RWSEM_COUNTERS map")?)?;
+    raw.rwsem_counters = (0..RWSEM_COUNTERS_LEN)
+        .map(|i| counters.get(&i, 0).map(|v| v.iter().sum()))
+        .collect::<Result<_, _>>()?;
     Ok(raw)
 }

@@ -16,6 +16,7 @@ mod fault;
 mod futex_mutex;
 mod futex_rwlock;
 mod futex_sys;
+mod handoff;
 mod pthread_mutex;
 mod sys;
 
@@ -23,6 +24,7 @@ pub use churn::MmapChurnArgs;
 pub use fault::MmapFaultArgs;
 pub use futex_mutex::FutexMutexArgs;
 pub use futex_rwlock::FutexRwlockArgs;
+pub use handoff::MmapHandoffArgs;
 pub use pthread_mutex::PthreadMutexArgs;
 
 /// A built-in workload that generates kernel lock contention.
@@ -107,6 +109,18 @@ pub enum Workload {
     /// expose its own futex call counts, so only ops and rates are printed.
     #[command(verbatim_doc_comment)]
     PthreadMutex(PthreadMutexArgs),
+    /// Long `mmap_lock` read holds against writers: rwsem handoffs.
+    ///
+    /// Long readers loop on madvise(MADV_POPULATE_WRITE) over their own region
+    /// (--region-mib, default 16: every page faulted in with mmap_lock held for
+    /// read) and madvise(MADV_DONTNEED); writers loop on mmap + touch + munmap of
+    /// one page; short readers on msync. Writers waiting behind the long read
+    /// holds pass the ~4 ms handoff timeout and set the handoff bit
+    /// (rwsem_wlock_handoff); short readers queued behind writers that keep
+    /// stealing the lock request a handoff too (rwsem_rlock_handoff). Needs
+    /// Linux 5.14+ (MADV_POPULATE_WRITE).
+    #[command(verbatim_doc_comment)]
+    MmapHandoff(MmapHandoffArgs),
 }
 
 /// Runs the selected workload to completion, printing its summary on stdout.
@@ -117,5 +131,6 @@ pub fn run(w: &Workload) -> anyhow::Result<()> {
         Workload::FutexMutex(args) => futex_mutex::run(args),
         Workload::FutexRwlock(args) => futex_rwlock::run(args),
         Workload::PthreadMutex(args) => pthread_mutex::run(args),
+        Workload::MmapHandoff(args) => handoff::run(args),
     }
 }

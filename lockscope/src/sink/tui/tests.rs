@@ -38,6 +38,7 @@ fn lock(addr: &str, t: LockType, name: &str, tasks: &[(u32, &str, WaitStats)]) -
         addr: addr.into(),
         lock_type: t,
         user: None,
+        events: None,
         name: name.into(),
         owner: name.starts_with("mmap_lock").then(|| Owner {
             field: "mmap_lock".into(),
@@ -55,6 +56,7 @@ fn lock(addr: &str, t: LockType, name: &str, tasks: &[(u32, &str, WaitStats)]) -
                 pid: *pid,
                 comm: (*comm).into(),
                 stats: s.clone(),
+                events: None,
             })
             .collect(),
         stats,
@@ -79,6 +81,7 @@ fn recording(duration_s: f64, lost: u64, locks: Vec<LockEntry>) -> Recording {
         locks,
         timeline: None,
         futex_events: None,
+        rwsem_events: None,
     }
 }
 
