@@ -67,7 +67,8 @@ enum Cmd {
         2. cargo clippy --all-targets -- -D warnings   (default members)\n  \
         3. cargo +nightly clippy -p lockscope-ebpf --target bpfel-unknown-none \
            -Z build-std=core -- -D warnings\n  \
-        4. cargo test --release [ARGS]   (default members; needs root)\n\n\
+        4. cargo test --release [ARGS]   (default members; needs root)\n  \
+        5. cargo xtask vm-test            (deep tier on 6.1, 6.12, 6.12-rt; --no-vm skips)\n\n\
         The integration tests in lockscope/tests/ load eBPF programs, so the test \
         binaries must run as root: when not root they run through `sudo -E` (set as \
         cargo's target runner), so building still happens as you. Exits with the \
@@ -77,9 +78,9 @@ enum Cmd {
         #[arg(long)]
         quick: bool,
 
-        /// After the host tests, also run `vm-test` on every guest kernel.
+        /// Skip step 5, `vm-test` on every guest kernel (the deep tier under QEMU).
         #[arg(long)]
-        vm: bool,
+        no_vm: bool,
 
         /// Extra arguments for `cargo test`, after `--` (e.g. a test name filter;
         /// use `-- -- --nocapture` to reach the test binaries).
@@ -120,10 +121,10 @@ fn main() {
         Cmd::Demo => tasks::demo(),
         Cmd::Test {
             quick,
-            vm,
+            no_vm,
             test_args,
         } => tasks::test(quick, &test_args)
-            .and_then(|()| if vm { vm::vm_test(None) } else { Ok(()) }),
+            .and_then(|()| if no_vm { Ok(()) } else { vm::vm_test(None) }),
         Cmd::VmTest { kernel } => vm::vm_test(Some(&kernel)),
     };
     if let Err(err) = result {
