@@ -216,16 +216,7 @@ pub fn build_locks(
     let mut locks: Vec<LockEntry> = by_lock
         .into_iter()
         .map(|((addr, lock_type), acc)| {
-            let owner = raw
-                .lock_info
-                .get(&addr)
-                .and_then(|i| LockOwner::decode(i).ok());
-            let name = match &owner {
-                Some(o) => o.name(),
-                None => names
-                    .static_lock(addr)
-                    .unwrap_or_else(|| format!("{addr:#x}")),
-            };
+            let (name, owner) = lock_identity(raw, names, addr);
             let mut callers: Vec<CallerEntry> = acc
                 .callers
                 .into_iter()
@@ -257,11 +248,7 @@ pub fn build_locks(
                 addr: format!("{addr:#x}"),
                 lock_type,
                 name,
-                owner: owner.map(|o| Owner {
-                    field: o.field.name().to_owned(),
-                    pid: o.pid,
-                    comm: o.comm,
-                }),
+                owner,
                 stats: acc.stats,
                 callers,
                 tasks,
@@ -282,6 +269,31 @@ pub fn build_locks(
             .then_with(|| a.addr.cmp(&b.addr))
     });
     locks
+}
+
+/// A lock's name and owner: the structure the kernel found it in, else a static symbol,
+/// else its address.
+pub fn lock_identity(raw: &RawSnapshot, names: &dyn Names, addr: u64) -> (String, Option<Owner>) {
+    match raw
+        .lock_info
+        .get(&addr)
+        .and_then(|i| LockOwner::decode(i).ok())
+    {
+        Some(o) => (
+            o.name(),
+            Some(Owner {
+                field: o.field.name().to_owned(),
+                pid: o.pid,
+                comm: o.comm,
+            }),
+        ),
+        None => (
+            names
+                .static_lock(addr)
+                .unwrap_or_else(|| format!("{addr:#x}")),
+            None,
+        ),
+    }
 }
 
 /// (caller, stack) of a stack id; stacks that could not be stored are `[unknown]`.

@@ -15,7 +15,7 @@ use super::{
     WaitStats,
     recording::{LockEntry, Names, RawSnapshot, TaskEntry},
 };
-use crate::decode::{LockOwner, LockType};
+use crate::decode::LockType;
 
 /// How trustworthy one event's count is on this run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -175,25 +175,12 @@ pub fn apply_rwsem_events(
         } else {
             LockType::RwsemWrite
         };
-        let owner = raw
-            .lock_info
-            .get(&addr)
-            .and_then(|i| LockOwner::decode(i).ok());
-        let name = match &owner {
-            Some(o) => o.name(),
-            None => names
-                .static_lock(addr)
-                .unwrap_or_else(|| format!("{addr:#x}")),
-        };
+        let (name, owner) = super::recording::lock_identity(raw, names, addr);
         locks.push(LockEntry {
             addr: format!("{addr:#x}"),
             lock_type,
             name,
-            owner: owner.map(|o| super::recording::Owner {
-                field: o.field.name().to_owned(),
-                pid: o.pid,
-                comm: o.comm,
-            }),
+            owner,
             stats: WaitStats::default(),
             callers: Vec::new(),
             user: None,
