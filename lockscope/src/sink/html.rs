@@ -35,6 +35,8 @@ pub struct LockDetail {
     /// (bucket lower bound ns, count) for the used bucket range.
     pub histogram: Vec<(u64, u64)>,
     pub callers: Vec<(String, u64, u64)>,
+    /// rwsem acquisition modes of this side: (event, count or n/a, estimate?).
+    pub modes: Vec<(String, Option<u64>, bool)>,
 }
 
 /// Lock types drawn in one flame graph.
@@ -71,6 +73,19 @@ pub fn model(rec: &Recording) -> HtmlModel {
                     .iter()
                     .take(10)
                     .map(|c| (c.caller.clone(), c.stats.count, c.stats.total_ns))
+                    .collect(),
+                modes: l
+                    .events
+                    .iter()
+                    .flatten()
+                    .map(|(name, n)| {
+                        let estimate = rec
+                            .rwsem_events
+                            .as_ref()
+                            .and_then(|r| r.kinds.get(name))
+                            .is_some_and(|k| k.as_str() == "estimate");
+                        (name.clone(), *n, estimate)
+                    })
                     .collect(),
             }
         })
@@ -210,10 +225,7 @@ pub fn render_html(rec: &Recording) -> anyhow::Result<String> {
             esc(&d.title),
             histogram_svg(&d.histogram)
         );
-        h.push_str(
-            "<p class=\"muted\">Acquisition modes (steal / fast / spin / queued / handoff / \
-             sleep): n/a in the tracepoint tier, which only sees waits that queue.</p>",
-        );
+        h.push_str(&modes_html(&d.modes));
         h.push_str("<table><tr><th>caller</th><th>contended</th><th>total wait</th></tr>");
         for (c, n, t) in &d.callers {
             let _ = write!(
@@ -242,6 +254,61 @@ pub fn render_html(rec: &Recording) -> anyhow::Result<String> {
     }
     h.push_str("</body></html>\n");
     Ok(h)
+}
+
+/// Acquisition modes as one stacked bar (events with a count) plus the n/a list.
+fn modes_html(modes: &[(String, Option<u64>, bool)]) -> String {
+    let known: Vec<_> = modes
+        .iter()
+        .filter_map(|(n, v, e)| v.filter(|&v| v > 0).map(|v| (n, v, *e)))
+        .collect();
+    let na: Vec<&str> = modes
+        .iter()
+        .filter(|(_, v, _)| v.is_none())
+        .map(|(n, _, _)| n.as_str())
+        .collect();
+    if known.is_empty() {
+        return format!(
+            "<p class=\"muted\">Acquisition modes (steal / fast / spin / queued / handoff / \
+             sleep): n/a in this tier{}.</p>",
+            if na.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", esc(&na.join(", ")))
+            }
+        );
+    }
+    let total: u64 = known.iter().map(|k| k.1).sum();
+    let (w, hgt) = (640.0, 22.0);
+    let mut s = format!(
+        "<svg class=\"modes\" width=\"{w}\" height=\"{}\" role=\"img\" aria-label=\"acquisition modes\">",
+        hgt + 20.0 * known.len() as f64 + 6.0
+    );
+    let mut x = 0.0;
+    for (i, (name, v, est)) in known.iter().enumerate() {
+        let bw = *v as f64 / total as f64 * w;
+        let color = PALETTE[i % PALETTE.len()];
+        let label = format!("{name}{}: {v}", if *est { " (estimate)" } else { "" });
+        let _ = write!(
+            s,
+            "<rect x=\"{x:.1}\" y=\"0\" width=\"{bw:.1}\" height=\"{hgt}\" fill=\"{color}\"><title>{}</title></rect>\
+             <rect x=\"0\" y=\"{:.1}\" width=\"12\" height=\"12\" fill=\"{color}\"/><text x=\"18\" y=\"{:.1}\">{}</text>",
+            esc(&label),
+            hgt + 6.0 + 20.0 * i as f64,
+            hgt + 16.0 + 20.0 * i as f64,
+            esc(&label)
+        );
+        x += bw;
+    }
+    s.push_str("</svg>");
+    if !na.is_empty() {
+        let _ = write!(
+            s,
+            "<p class=\"muted\">n/a in this tier: {}</p>",
+            esc(&na.join(", "))
+        );
+    }
+    s
 }
 
 fn flame_svg(group: &str, lines: &[String]) -> anyhow::Result<String> {
@@ -464,6 +531,23 @@ mod tests {
         assert!(html.contains("class=\"flame\""));
         assert!(html.contains("150.00 us"));
         assert!(html.contains("prefers-color-scheme: dark"));
+    }
+
+    #[test]
+    fn acquisition_modes_draw_known_counts_and_list_na() {
+        let modes = vec![
+            ("rlock_steal".to_owned(), Some(30), false),
+            ("rlock".to_owned(), Some(10), false),
+            ("rlock_handoff".to_owned(), Some(2), true),
+            ("rlock_fast".to_owned(), None, false),
+        ];
+        let h = modes_html(&modes);
+        assert!(h.contains("class=\"modes\""));
+        assert!(h.contains("rlock_steal: 30"));
+        assert!(h.contains("rlock_handoff (estimate): 2"));
+        assert!(h.contains("n/a in this tier: rlock_fast"));
+        let none = modes_html(&[("rlock_fast".to_owned(), None, false)]);
+        assert!(none.contains("n/a in this tier (rlock_fast)"));
     }
 
     #[test]
