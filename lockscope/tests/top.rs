@@ -210,7 +210,11 @@ fn top_shows_mmap_churn_live_and_restores_the_terminal() {
 
     // Enter: the detail view of the selected (first) row, a mmap_lock, with its histogram.
     tmux.send(&["g", "Enter"]);
-    let s = tmux.wait_for("detail view", 10, |s| s.contains("wait histogram"));
+    // Wait for the whole view (bars and callers), not just the first frame title: the
+    // screen may be captured mid-draw.
+    let s = tmux.wait_for("detail view", 10, |s| {
+        s.contains("wait histogram") && s.contains('█') && s.contains("top callers")
+    });
     assert!(s.contains(&format!("mmap_lock of lockscope[{pid}]")), "{s}");
     let bars: Vec<&str> = s
         .lines()
@@ -368,8 +372,11 @@ fn top_as_a_client_of_serve() {
         "{s}"
     );
     tmux.send(&["Enter"]);
-    let s = tmux.wait_for("detail view", 10, |s| s.contains("wait histogram"));
-    assert!(s.contains("8.19us │█"), "{s}");
+    // Wait for the drawn bars, not just the frame title: the screen may be captured
+    // between the two.
+    let s = tmux.wait_for("detail view", 10, |s| {
+        s.contains("wait histogram") && s.contains("8.19us │█")
+    });
     assert!(s.contains("vm_mmap_pgoff+0x30"), "{s}");
     tmux.send(&["Escape"]);
     tmux.send(&["q"]);
