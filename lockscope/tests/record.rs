@@ -13,6 +13,23 @@ use std::{
 use common::*;
 use serde_json::Value;
 
+/// mmap-churn in the background, long enough to outlive lockscope's start-up on a loaded
+/// machine; [`stop`] it once the recording is done.
+fn spawn_churn() -> std::process::Child {
+    Command::new(bin())
+        .args(["workload", "mmap-churn", "--seconds", "30"])
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
+fn stop(children: [&mut std::process::Child; 2]) {
+    for c in children {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+}
+
 fn stat(l: &Value, field: &str) -> u64 {
     l[field]
         .as_u64()
@@ -149,17 +166,8 @@ fn mmap_churn_contends_its_mmap_lock_for_read_and_write() {
 #[test]
 fn pid_filter_excludes_a_concurrent_workload() {
     let _serial = serial();
-    let spawn = || {
-        Command::new(bin())
-            // Long enough to outlive lockscope's start-up on a loaded machine; killed
-            // once the recording is done.
-            .args(["workload", "mmap-churn", "--seconds", "30"])
-            .stdout(Stdio::null())
-            .spawn()
-            .unwrap()
-    };
-    let mut a = spawn();
-    let mut b = spawn();
+    let mut a = spawn_churn();
+    let mut b = spawn_churn();
     thread::sleep(Duration::from_millis(300));
     let dir = scratch("pid");
     let file = dir.join("rec.json");
@@ -168,10 +176,7 @@ fn pid_filter_excludes_a_concurrent_workload() {
             .args(["record", "-d", "2", "--pid", &a.id().to_string(), "-o"])
             .arg(&file),
     );
-    for c in [&mut a, &mut b] {
-        let _ = c.kill();
-        let _ = c.wait();
-    }
+    stop([&mut a, &mut b]);
     let rec = read_json(&file);
     let (pa, pb) = (a.id() as u64, b.id() as u64);
     assert!(
@@ -251,17 +256,8 @@ fn cgroup_filter_records_only_that_cgroup() {
     let cg = std::path::Path::new(&root).join(format!("lockscope-test-{}", std::process::id()));
     let _ = std::fs::remove_dir(&cg);
     std::fs::create_dir(&cg).unwrap();
-    let spawn = || {
-        Command::new(bin())
-            // Long enough to outlive lockscope's start-up on a loaded machine; killed
-            // once the recording is done.
-            .args(["workload", "mmap-churn", "--seconds", "30"])
-            .stdout(Stdio::null())
-            .spawn()
-            .unwrap()
-    };
-    let mut inside = spawn();
-    let mut outside = spawn();
+    let mut inside = spawn_churn();
+    let mut outside = spawn_churn();
     std::fs::write(cg.join("cgroup.procs"), inside.id().to_string()).unwrap();
     thread::sleep(Duration::from_millis(300));
     let dir = scratch("cgroup");
@@ -273,10 +269,7 @@ fn cgroup_filter_records_only_that_cgroup() {
         .arg(&file)
         .output()
         .unwrap();
-    for c in [&mut inside, &mut outside] {
-        let _ = c.kill();
-        let _ = c.wait();
-    }
+    stop([&mut inside, &mut outside]);
     let _ = std::fs::remove_dir(&cg);
     assert!(
         out.status.success(),
