@@ -65,6 +65,18 @@ fn assert_nothing_lost(rec: &Value) {
     assert_eq!(ev["enter"], ev["exit"], "every call paired: {ev}");
 }
 
+/// The wait-wake counters of a futex word equal the workload's own counts exactly.
+fn assert_wait_wake_exact(s: &BTreeMap<String, String>, l: &Value) {
+    let waits = num(s, "futex_wait");
+    // Four threads on two CPUs around one lock: the slow path runs; if this ever fails
+    // the workload did not contend, and exactness below would prove little.
+    assert!(waits >= 50, "too few FUTEX_WAIT calls: {s:?}");
+    assert_eq!(field(l, "wait_calls"), waits, "{l}");
+    assert_eq!(field(l, "eagain"), num(s, "eagain"), "{l}");
+    assert_eq!(field(l, "wake_calls"), num(s, "futex_wake"), "{l}");
+    assert_eq!(field(l, "woken"), num(s, "woken"), "{l}");
+}
+
 #[test]
 fn futex_mutex_counts_equal_the_workloads_own() {
     let _serial = serial();
@@ -84,14 +96,8 @@ fn futex_mutex_counts_equal_the_workloads_own() {
     assert_eq!(l["type"], "futex");
     assert_eq!(l["comm"], "lockscope");
     assert!(l["name"].as_str().unwrap().starts_with("futex 0x"), "{l}");
+    assert_wait_wake_exact(&s, &l);
     let waits = num(&s, "futex_wait");
-    // Four threads on two CPUs around one lock: the slow path runs; if this ever fails
-    // the workload did not contend, and exactness below would prove little.
-    assert!(waits >= 50, "too few FUTEX_WAIT calls: {s:?}");
-    assert_eq!(field(&l, "wait_calls"), waits, "{l}");
-    assert_eq!(field(&l, "eagain"), num(&s, "eagain"), "{l}");
-    assert_eq!(field(&l, "wake_calls"), num(&s, "futex_wake"), "{l}");
-    assert_eq!(field(&l, "woken"), num(&s, "woken"), "{l}");
     assert_eq!(field(&l, "lock_pi_calls"), 0);
     assert_eq!(field(&l, "errors"), 0);
     // Every wait that did not return EAGAIN slept and was timed.
@@ -99,13 +105,7 @@ fn futex_mutex_counts_equal_the_workloads_own() {
         l["contended"].as_u64().unwrap(),
         waits - num(&s, "eagain") - num(&s, "interrupted")
     );
-    let hist: u64 = l["histogram"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|v| v.as_u64().unwrap())
-        .sum();
-    assert_eq!(hist, l["contended"].as_u64().unwrap());
+    assert_eq!(hist_total(&l), l["contended"].as_u64().unwrap());
     assert!(l["wait_max_ns"].as_u64().unwrap() >= l["wait_min_ns"].as_u64().unwrap());
 }
 
@@ -151,12 +151,7 @@ fn futex_rwlock_counts_equal_the_workloads_own() {
         ],
     );
     assert_nothing_lost(&rec);
-    let waits = num(&s, "futex_wait");
-    assert!(waits >= 50, "too few FUTEX_WAIT calls: {s:?}");
-    assert_eq!(field(&l, "wait_calls"), waits, "{l}");
-    assert_eq!(field(&l, "eagain"), num(&s, "eagain"), "{l}");
-    assert_eq!(field(&l, "wake_calls"), num(&s, "futex_wake"), "{l}");
-    assert_eq!(field(&l, "woken"), num(&s, "woken"), "{l}");
+    assert_wait_wake_exact(&s, &l);
 }
 
 #[test]

@@ -61,6 +61,16 @@ pub fn read_json(path: &Path) -> Value {
     serde_json::from_str(&text).unwrap()
 }
 
+/// Waits counted in a lock entry's histogram (must equal its `contended`).
+pub fn hist_total(lock: &Value) -> u64 {
+    lock["histogram"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_u64().unwrap())
+        .sum()
+}
+
 /// Lock entries of a recording whose owner is this process's mmap_lock.
 pub fn mmap_lock_entries(rec: &Value, pid: Option<u64>) -> Vec<&Value> {
     rec["locks"]
