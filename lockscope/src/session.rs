@@ -98,6 +98,8 @@ impl Session {
                 .enabled
                 .then(|| FutexEvents::from_snapshot(&raw.futex, futex_type_filtered(&raw.futex))),
             rwsem_events: Some(rwsem_events),
+            starvation_episodes: None,
+            latency_spikes: None,
         })
     }
 

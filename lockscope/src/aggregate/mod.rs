@@ -4,6 +4,7 @@ pub mod futex;
 pub mod rates;
 pub mod recording;
 pub mod rows;
+pub mod rt;
 pub mod rwsem;
 pub mod stats;
 pub mod timeline;

@@ -422,6 +422,8 @@ mod tests {
             timeline: None,
             futex_events: None,
             rwsem_events: None,
+            starvation_episodes: None,
+            latency_spikes: None,
         }
     }
 

@@ -84,6 +84,13 @@ pub struct Recording {
     /// system-wide totals in the kernel's `lock_event_counts` names.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rwsem_events: Option<super::rwsem::RwsemEventsSummary>,
+    /// Starvation and long-hold episodes on raw spinlocks (when those probes ran).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub starvation_episodes: Option<Vec<super::rt::StarvationEpisode>>,
+    /// Wakeup latencies over the threshold, with the lock activity in their window
+    /// (with `--latency-threshold`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latency_spikes: Option<Vec<super::rt::LatencySpike>>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -469,6 +476,8 @@ pub(crate) mod tests {
             timeline: None,
             futex_events: None,
             rwsem_events: None,
+            starvation_episodes: None,
+            latency_spikes: None,
         }
     }
 

@@ -82,6 +82,8 @@ fn recording(duration_s: f64, lost: u64, locks: Vec<LockEntry>) -> Recording {
         timeline: None,
         futex_events: None,
         rwsem_events: None,
+        starvation_episodes: None,
+        latency_spikes: None,
     }
 }
 
