@@ -20,6 +20,13 @@ fn main() -> anyhow::Result<()> {
         .ok_or_else(|| anyhow!("lockscope-ebpf manifest has no parent"))?
         .as_str()
         .to_owned();
+    // aya-build forwards every line the inner cargo prints as a build warning; keep the
+    // inner cargo quiet so only its real diagnostics (warnings, errors) surface.
+    if std::env::var_os("CARGO_TERM_QUIET").is_none() {
+        // SAFETY: the build script is single-threaded here; nothing reads the environment
+        // concurrently.
+        unsafe { std::env::set_var("CARGO_TERM_QUIET", "true") };
+    }
     aya_build::build_ebpf(
         [Package {
             name: ebpf.name.as_str(),
