@@ -11,15 +11,21 @@ use std::collections::{BTreeMap, HashMap};
 
 use lockscope_common::{HIST_BUCKETS, bucket_lower_ns, bucket_upper_ns};
 
-use super::{LockEntry, Recording, WaitStats};
+use super::{
+    LockEntry, Recording, WaitStats,
+    futex::{FutexInfo, PiOwner},
+};
 use crate::decode::LockType;
 
 /// Identity of a lock row across snapshots: the recording keeps one entry per
-/// (address, type).
+/// (address, type), and for user-space locks per (process, address, type): the same
+/// futex address in two processes is two locks.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct LockKey {
     pub addr: String,
     pub lock_type: LockType,
+    /// The process of a user-space lock; `None` for kernel locks.
+    pub pid: Option<u32>,
 }
 
 impl LockKey {
@@ -27,7 +33,78 @@ impl LockKey {
         Self {
             addr: l.addr.clone(),
             lock_type: l.lock_type,
+            pid: l.user.as_ref().map(|u| u.pid),
         }
+    }
+
+    /// A user-space lock (futex word, pthread lock), not a kernel lock.
+    pub fn is_user(&self) -> bool {
+        self.pid.is_some() || self.lock_type.is_user()
+    }
+}
+
+/// A user-space lock's futex calls during one interval.
+#[derive(Debug, Clone, PartialEq)]
+pub struct UserRate {
+    /// The process the lock lives in.
+    pub pid: u32,
+    pub comm: String,
+    /// Futex figures of the interval: every count is `current - previous`; `in_progress`
+    /// and `pi_owner` are as of the current snapshot.
+    pub interval: FutexInfo,
+    /// Everything since start.
+    pub total: FutexInfo,
+    /// Wait calls per second (those that blocked and those that returned EAGAIN).
+    pub wait_calls_per_s: f64,
+    /// Wake calls per second, and tasks they woke.
+    pub wake_calls_per_s: f64,
+    pub woken_per_s: f64,
+    /// Wait calls per second that found the word changed (no wait).
+    pub eagain_per_s: f64,
+}
+
+impl UserRate {
+    /// Calls blocked in the kernel on this word right now.
+    pub fn blocked(&self) -> u64 {
+        self.interval.in_progress
+    }
+
+    pub fn pi_owner(&self) -> Option<&PiOwner> {
+        self.interval.pi_owner.as_ref()
+    }
+}
+
+/// Futex figures between two cumulative ones of the same word: counters subtract
+/// (saturating: a restarted source never shows negative figures); calls in progress and
+/// the PI owner are the current ones.
+pub fn futex_delta(prev: &FutexInfo, cur: &FutexInfo) -> FutexInfo {
+    let d = |a: u64, b: u64| b.saturating_sub(a);
+    FutexInfo {
+        wait_calls: d(prev.wait_calls, cur.wait_calls),
+        eagain: d(prev.eagain, cur.eagain),
+        timeouts: d(prev.timeouts, cur.timeouts),
+        interrupted: d(prev.interrupted, cur.interrupted),
+        wake_calls: d(prev.wake_calls, cur.wake_calls),
+        woken: d(prev.woken, cur.woken),
+        requeues: d(prev.requeues, cur.requeues),
+        requeued: d(prev.requeued, cur.requeued),
+        lock_pi_calls: d(prev.lock_pi_calls, cur.lock_pi_calls),
+        unlock_pi_calls: d(prev.unlock_pi_calls, cur.unlock_pi_calls),
+        trylock_pi_calls: d(prev.trylock_pi_calls, cur.trylock_pi_calls),
+        errors: d(prev.errors, cur.errors),
+        restarts: d(prev.restarts, cur.restarts),
+        unpaired: d(prev.unpaired, cur.unpaired),
+        in_progress: cur.in_progress,
+        shared_calls: d(prev.shared_calls, cur.shared_calls),
+        calls: cur
+            .calls
+            .iter()
+            .map(|(k, &n)| (k.clone(), d(prev.calls.get(k).copied().unwrap_or(0), n)))
+            .filter(|(_, n)| *n > 0)
+            .collect(),
+        pi_owner: cur.pi_owner.clone(),
+        pi_owner_died: d(prev.pi_owner_died, cur.pi_owner_died),
+        pi_word_unreadable: d(prev.pi_word_unreadable, cur.pi_word_unreadable),
     }
 }
 
@@ -64,6 +141,8 @@ pub struct LockRate {
     pub tasks: Vec<TaskRate>,
     /// rwsem acquisition modes during the interval; `None` where the tier cannot see them.
     pub modes: Option<AcquireModes>,
+    /// User-space locks: the process and its futex calls; `None` for kernel locks.
+    pub user: Option<UserRate>,
 }
 
 impl LockRate {
@@ -106,6 +185,8 @@ pub struct TaskRate {
     pub locks: usize,
     /// The lock it waited longest on during the interval (per-task view only).
     pub top_lock: String,
+    /// That lock is a user-space lock (per-task view only).
+    pub top_lock_user: bool,
 }
 
 /// Everything a live view shows for one interval.
@@ -271,6 +352,7 @@ fn lock_rate(prev: Option<&LockEntry>, cur: &LockEntry, secs: f64) -> LockRate {
                 wait_ns_per_s: per_second(d.total_ns, secs),
                 locks: usize::from(d.count > 0),
                 top_lock: cur.name.clone(),
+                top_lock_user: cur.user.is_some(),
                 interval: d,
                 total: t.stats.clone(),
             }
@@ -285,6 +367,20 @@ fn lock_rate(prev: Option<&LockEntry>, cur: &LockEntry, secs: f64) -> LockRate {
     });
     let waiters = tasks.iter().filter(|t| t.interval.count > 0).count();
 
+    let user = cur.user.as_ref().map(|u| {
+        let before = prev.and_then(|p| p.user.as_ref()).map(|p| &p.futex);
+        let iv = futex_delta(before.unwrap_or(&FutexInfo::default()), &u.futex);
+        UserRate {
+            pid: u.pid,
+            comm: u.comm.clone(),
+            wait_calls_per_s: per_second(iv.wait_calls, secs),
+            wake_calls_per_s: per_second(iv.wake_calls, secs),
+            woken_per_s: per_second(iv.woken, secs),
+            eagain_per_s: per_second(iv.eagain, secs),
+            interval: iv,
+            total: u.futex.clone(),
+        }
+    });
     LockRate {
         key: LockKey::of(cur),
         name: cur.name.clone(),
@@ -297,6 +393,7 @@ fn lock_rate(prev: Option<&LockEntry>, cur: &LockEntry, secs: f64) -> LockRate {
         callers,
         tasks,
         modes: None,
+        user,
     }
 }
 
@@ -307,7 +404,7 @@ fn task_rates(locks: &[LockRate], secs: f64) -> Vec<TaskRate> {
         interval: WaitStats,
         total: WaitStats,
         locks: usize,
-        top: (u64, String),
+        top: (u64, String, bool),
     }
     let mut by_pid: BTreeMap<u32, Acc> = BTreeMap::new();
     for l in locks {
@@ -317,7 +414,7 @@ fn task_rates(locks: &[LockRate], secs: f64) -> Vec<TaskRate> {
                 interval: WaitStats::default(),
                 total: WaitStats::default(),
                 locks: 0,
-                top: (0, String::new()),
+                top: (0, String::new(), false),
             });
             acc.interval.merge(&t.interval);
             acc.total.merge(&t.total);
@@ -327,6 +424,7 @@ fn task_rates(locks: &[LockRate], secs: f64) -> Vec<TaskRate> {
                     acc.top = (
                         t.interval.total_ns,
                         format!("{} ({})", l.name, l.key.lock_type),
+                        l.key.is_user(),
                     );
                 }
             }
@@ -343,6 +441,7 @@ fn task_rates(locks: &[LockRate], secs: f64) -> Vec<TaskRate> {
             total: a.total,
             locks: a.locks,
             top_lock: a.top.1,
+            top_lock_user: a.top.2,
         })
         .collect();
     tasks.sort_by(|a, b| {
@@ -566,5 +665,145 @@ mod tests {
         assert_eq!(z.interval_s, 0.0);
         assert!(z.locks.iter().all(|l| l.contentions_per_s == 0.0));
         assert_eq!(z.events_per_s, 0.0);
+    }
+
+    /// A futex word of process `pid` with `waits` blocking waits of 5 us and the given
+    /// call counts (wait calls, eagain, wake calls, woken) and calls blocked now.
+    fn futex(pid: u32, uaddr: &str, waits: u64, calls: [u64; 4], blocked: u64) -> LockEntry {
+        use crate::aggregate::futex::{FutexInfo, UserLock};
+        let stats = if waits > 0 {
+            wait(5_000, waits)
+        } else {
+            WaitStats::default()
+        };
+        let [wait_calls, eagain, wake_calls, woken] = calls;
+        let futex = FutexInfo {
+            wait_calls,
+            eagain,
+            wake_calls,
+            woken,
+            in_progress: blocked,
+            calls: [
+                ("FUTEX_WAIT".to_owned(), wait_calls),
+                ("FUTEX_WAKE".to_owned(), wake_calls),
+            ]
+            .into_iter()
+            .filter(|(_, n)| *n > 0)
+            .collect(),
+            ..Default::default()
+        };
+        LockEntry {
+            addr: uaddr.into(),
+            lock_type: LockType::Futex,
+            name: format!("futex {uaddr} of app[{pid}]"),
+            owner: None,
+            callers: Vec::new(),
+            tasks: vec![TaskEntry {
+                pid,
+                comm: "app".into(),
+                stats: stats.clone(),
+                events: None,
+            }],
+            stats,
+            user: Some(UserLock {
+                pid,
+                comm: "app".into(),
+                futex,
+            }),
+            events: None,
+        }
+    }
+
+    #[test]
+    fn futex_rows_subtract_their_calls_and_are_keyed_by_process() {
+        // The same address in two processes: two locks.
+        let a = recording(
+            1.0,
+            0,
+            0,
+            vec![
+                futex(7, "0x1000", 10, [30, 20, 12, 10], 0),
+                futex(8, "0x1000", 0, [0, 0, 0, 0], 0),
+            ],
+        );
+        let b = recording(
+            3.0,
+            0,
+            0,
+            vec![
+                futex(7, "0x1000", 50, [90, 40, 52, 50], 3),
+                futex(8, "0x1000", 4, [6, 2, 4, 4], 1),
+            ],
+        );
+        let r = rates(Some(&a), &b);
+        assert_eq!(r.locks.len(), 2);
+        assert_ne!(r.locks[0].key, r.locks[1].key);
+        assert!(r.locks.iter().all(|l| l.key.is_user()));
+        let l7 = r.locks.iter().find(|l| l.key.pid == Some(7)).unwrap();
+        // 40 blocking waits in 2 s.
+        assert_eq!(l7.contentions_per_s, 20.0);
+        assert_eq!(l7.wait_ns_per_s, 40.0 * 5_000.0 / 2.0);
+        let u = l7.user.as_ref().unwrap();
+        assert_eq!((u.pid, u.comm.as_str()), (7, "app"));
+        assert_eq!(u.interval.wait_calls, 60);
+        assert_eq!(u.wait_calls_per_s, 30.0);
+        assert_eq!(u.eagain_per_s, 10.0);
+        assert_eq!(u.wake_calls_per_s, 20.0);
+        assert_eq!(u.woken_per_s, 20.0);
+        assert_eq!(u.interval.calls["FUTEX_WAIT"], 60);
+        assert_eq!(u.total.wait_calls, 90);
+        // Blocked calls are as of now, not a difference.
+        assert_eq!(u.blocked(), 3);
+        // Process 8 started in this interval: counted from zero.
+        let l8 = r.locks.iter().find(|l| l.key.pid == Some(8)).unwrap();
+        let u8 = l8.user.as_ref().unwrap();
+        assert_eq!(l8.contentions_per_s, 2.0);
+        assert_eq!(u8.wait_calls_per_s, 3.0);
+        assert_eq!(u8.blocked(), 1);
+        // The per-task view knows that the top lock is a user-space lock.
+        let t7 = r.tasks.iter().find(|t| t.pid == 7).unwrap();
+        assert!(t7.top_lock_user);
+        assert_eq!(t7.top_lock, "futex 0x1000 of app[7] (futex)");
+        // Kernel locks are not user locks.
+        let (ka, _) = scripted();
+        assert!(rates(None, &ka).locks.iter().all(|l| !l.key.is_user()));
+        assert!(rates(None, &ka).locks.iter().all(|l| l.user.is_none()));
+    }
+
+    #[test]
+    fn futex_delta_never_goes_negative_and_keeps_the_current_owner() {
+        use crate::aggregate::futex::{FutexInfo, PiOwner};
+        let prev = FutexInfo {
+            lock_pi_calls: 10,
+            unlock_pi_calls: 9,
+            calls: [("FUTEX_LOCK_PI".to_owned(), 10)].into(),
+            pi_owner: Some(PiOwner {
+                tid: 1,
+                comm: "old".into(),
+            }),
+            ..Default::default()
+        };
+        let cur = FutexInfo {
+            lock_pi_calls: 4,
+            unlock_pi_calls: 12,
+            calls: [
+                ("FUTEX_LOCK_PI".to_owned(), 4),
+                ("FUTEX_UNLOCK_PI".to_owned(), 12),
+            ]
+            .into(),
+            pi_owner: Some(PiOwner {
+                tid: 2,
+                comm: "new".into(),
+            }),
+            in_progress: 2,
+            ..Default::default()
+        };
+        let d = futex_delta(&prev, &cur);
+        assert_eq!(d.lock_pi_calls, 0);
+        assert_eq!(d.unlock_pi_calls, 3);
+        assert_eq!(d.calls.len(), 1, "zero deltas are left out: {:?}", d.calls);
+        assert_eq!(d.calls["FUTEX_UNLOCK_PI"], 12);
+        assert_eq!(d.pi_owner.unwrap().tid, 2);
+        assert_eq!(d.in_progress, 2);
     }
 }
