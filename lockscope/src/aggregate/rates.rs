@@ -196,7 +196,7 @@ pub struct Rates {
     pub interval_s: f64,
     /// The first snapshot, or the session restarted: figures are since its start.
     pub since_start: bool,
-    /// Contention events (`contention_begin`) per second.
+    /// Contention events (`contention_begin`) and futex syscalls per second.
     pub events_per_s: f64,
     /// Everything lost since start, summed over reasons.
     pub lost_total: u64,
@@ -289,7 +289,8 @@ pub fn rates(prev: Option<&Recording>, cur: &Recording) -> Rates {
         interval_s,
         since_start: prev.is_none(),
         events_per_s: per_second(
-            cur.events.begin.saturating_sub(base.events.begin),
+            cur.events.begin.saturating_sub(base.events.begin)
+                + futex_calls(cur).saturating_sub(futex_calls(base)),
             interval_s,
         ),
         lost_total,
@@ -297,6 +298,11 @@ pub fn rates(prev: Option<&Recording>, cur: &Recording) -> Rates {
         tasks: task_rates(&locks, interval_s),
         locks,
     }
+}
+
+/// Futex syscalls seen (0 when the futex probes did not run).
+fn futex_calls(r: &Recording) -> u64 {
+    r.futex_events.as_ref().map_or(0, |f| f.enter)
 }
 
 fn lock_rate(prev: Option<&LockEntry>, cur: &LockEntry, secs: f64) -> LockRate {
@@ -735,7 +741,19 @@ mod tests {
                 futex(8, "0x1000", 4, [6, 2, 4, 4], 1),
             ],
         );
+        let (mut a, mut b) = (a, b);
+        let calls = |enter| {
+            Some(crate::aggregate::futex::FutexEvents {
+                enter,
+                exit: enter,
+                ..Default::default()
+            })
+        };
+        a.futex_events = calls(100);
+        b.futex_events = calls(400);
         let r = rates(Some(&a), &b);
+        // Futex syscalls count as events: 300 in 2 s.
+        assert_eq!(r.events_per_s, 150.0);
         assert_eq!(r.locks.len(), 2);
         assert_ne!(r.locks[0].key, r.locks[1].key);
         assert!(r.locks.iter().all(|l| l.key.is_user()));

@@ -620,6 +620,16 @@ impl App {
                 self.mode = if user { Mode::UserLocks } else { Mode::Locks };
                 self.set_selected(user, lock);
             }
+            // The view keys leave the detail view for that view.
+            KeyCode::Char(c @ ('l' | 'u' | 'f' | 't' | 'e')) => {
+                self.set_selected(user, lock);
+                self.mode = match c {
+                    'l' => Mode::Locks,
+                    't' => Mode::Tasks,
+                    'e' => Mode::Rt,
+                    _ => Mode::UserLocks,
+                };
+            }
             KeyCode::Char('h') => {
                 self.hist_scope = match self.hist_scope {
                     HistScope::SinceStart => HistScope::Interval,

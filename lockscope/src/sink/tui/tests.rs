@@ -665,6 +665,12 @@ fn user_lock_view_lists_futex_words_apart_from_kernel_locks() {
     assert_eq!(app.selected_user_row(), Some(1));
     // The kernel view's selection did not move.
     assert_eq!(app.selected_lock_row(), Some(0));
+    // View keys leave a detail view for their view.
+    key(&mut app, KeyCode::Enter);
+    key(&mut app, KeyCode::Char('t'));
+    assert_eq!(app.mode, Mode::Tasks);
+    key(&mut app, KeyCode::Char('u'));
+    assert_eq!(app.selected_user_row(), Some(1));
 }
 
 #[test]
