@@ -14,6 +14,7 @@ use lockscope_common::{HIST_BUCKETS, bucket_lower_ns, bucket_upper_ns};
 use super::{
     LockEntry, Recording, WaitStats,
     futex::{FutexInfo, PiOwner},
+    rwsem::EventKind,
 };
 use crate::decode::LockType;
 
@@ -108,15 +109,109 @@ pub fn futex_delta(prev: &FutexInfo, cur: &FutexInfo) -> FutexInfo {
     }
 }
 
-/// How a rwsem was acquired (kernel `lock_events` names). The tracepoint tier cannot see
-/// these; the recording carries none yet, so every lock has `None` ("n/a"). The deep tier
-/// will fill them in: this is where its per-interval deltas belong.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+/// One acquisition mode of one interval.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ModeCount {
+    /// This side of the lock has no such mode (readers do not spin, writers do not steal).
+    NotApplicable,
+    /// The tier cannot see it (`null` in the recording).
+    NotAvailable,
+    /// Events in the interval; `estimate` when the tier samples rather than sees them.
+    Count { n: u64, estimate: bool },
+}
+
+impl ModeCount {
+    /// The count, where there is one.
+    pub fn n(self) -> Option<u64> {
+        match self {
+            ModeCount::Count { n, .. } => Some(n),
+            _ => None,
+        }
+    }
+}
+
+impl std::fmt::Display for ModeCount {
+    /// `-`, `n/a`, `12`, or `12~` for an estimate.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ModeCount::NotApplicable => f.write_str("-"),
+            ModeCount::NotAvailable => f.write_str("n/a"),
+            ModeCount::Count { n, estimate } => {
+                write!(f, "{n}{}", if *estimate { "~" } else { "" })
+            }
+        }
+    }
+}
+
+/// How a rwsem side was acquired during the interval, from the recording's rwsem lock
+/// events (kernel `lock_events` names): steals = `rlock_steal`, spins = `opt_lock`,
+/// handoffs = `rlock_handoff` / `wlock_handoff`, sleeps = `sleep_reader` /
+/// `sleep_writer`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AcquireModes {
-    pub steals: u64,
-    pub spins: u64,
-    pub handoffs: u64,
-    pub sleeps: u64,
+    pub steals: ModeCount,
+    pub spins: ModeCount,
+    pub handoffs: ModeCount,
+    pub sleeps: ModeCount,
+}
+
+impl AcquireModes {
+    /// Events seen, all modes summed (for sorting).
+    pub fn seen(&self) -> u64 {
+        [self.steals, self.spins, self.handoffs, self.sleeps]
+            .iter()
+            .filter_map(|m| m.n())
+            .sum()
+    }
+}
+
+/// The acquisition modes of a rwsem entry during the interval; `None` for entries
+/// without lock events (other lock types, or a recording made without them).
+pub fn acquire_modes(
+    prev: Option<&LockEntry>,
+    cur: &LockEntry,
+    kinds: Option<&BTreeMap<String, EventKind>>,
+) -> Option<AcquireModes> {
+    let events = cur.events.as_ref()?;
+    let names = match cur.lock_type {
+        LockType::RwsemRead => [
+            Some("rlock_steal"),
+            None,
+            Some("rlock_handoff"),
+            Some("sleep_reader"),
+        ],
+        LockType::RwsemWrite => [
+            None,
+            Some("opt_lock"),
+            Some("wlock_handoff"),
+            Some("sleep_writer"),
+        ],
+        _ => return None,
+    };
+    let before = prev.and_then(|p| p.events.as_ref());
+    let count = |name: Option<&str>| -> ModeCount {
+        let Some(name) = name else {
+            return ModeCount::NotApplicable;
+        };
+        match events.get(name).copied().flatten() {
+            Some(v) => {
+                let was = before
+                    .and_then(|b| b.get(name).copied().flatten())
+                    .unwrap_or(0);
+                ModeCount::Count {
+                    n: v.saturating_sub(was),
+                    estimate: kinds.and_then(|k| k.get(name)) == Some(&EventKind::Estimate),
+                }
+            }
+            None => ModeCount::NotAvailable,
+        }
+    };
+    Some(AcquireModes {
+        steals: count(names[0]),
+        spins: count(names[1]),
+        handoffs: count(names[2]),
+        sleeps: count(names[3]),
+    })
 }
 
 /// One lock during one interval.
@@ -277,10 +372,17 @@ pub fn rates(prev: Option<&Recording>, cur: &Recording) -> Rates {
     let prev_locks: HashMap<LockKey, &LockEntry> =
         base.locks.iter().map(|l| (LockKey::of(l), l)).collect();
 
+    let kinds = cur.rwsem_events.as_ref().map(|e| &e.kinds);
     let locks: Vec<LockRate> = cur
         .locks
         .iter()
-        .map(|l| lock_rate(prev_locks.get(&LockKey::of(l)).copied(), l, interval_s))
+        .map(|l| {
+            let before = prev_locks.get(&LockKey::of(l)).copied();
+            LockRate {
+                modes: acquire_modes(before, l, kinds),
+                ..lock_rate(before, l, interval_s)
+            }
+        })
         .collect();
 
     let lost_total: u64 = cur.lost.values().sum();
@@ -823,5 +925,86 @@ mod tests {
         assert_eq!(d.calls["FUTEX_UNLOCK_PI"], 12);
         assert_eq!(d.pi_owner.unwrap().tid, 2);
         assert_eq!(d.in_progress, 2);
+    }
+
+    #[test]
+    fn acquire_modes_are_interval_deltas_marked_by_kind() {
+        let ev = |steal: Option<u64>, handoff: u64| -> super::super::rwsem::EventValues {
+            [
+                ("rlock_steal".to_owned(), steal),
+                ("rlock_handoff".to_owned(), Some(handoff)),
+                ("sleep_reader".to_owned(), None),
+            ]
+            .into()
+        };
+        let mut a = lock("0x10", LockType::RwsemRead, &[(10, wait(2_000, 1))]);
+        a.events = Some(ev(None, 5));
+        let mut b = a.clone();
+        b.events = Some(ev(None, 12));
+        let kinds: BTreeMap<String, EventKind> = [
+            ("rlock_steal".to_owned(), EventKind::NotAvailable),
+            ("rlock_handoff".to_owned(), EventKind::Estimate),
+        ]
+        .into();
+        let m = acquire_modes(Some(&a), &b, Some(&kinds)).unwrap();
+        assert_eq!(m.steals, ModeCount::NotAvailable);
+        assert_eq!(m.spins, ModeCount::NotApplicable, "readers do not spin");
+        assert_eq!(
+            m.handoffs,
+            ModeCount::Count {
+                n: 7,
+                estimate: true
+            }
+        );
+        assert_eq!(m.sleeps, ModeCount::NotAvailable);
+        assert_eq!(
+            format!("{}/{}/{}/{}", m.steals, m.spins, m.handoffs, m.sleeps),
+            "n/a/-/7~/n/a"
+        );
+        assert_eq!(m.seen(), 7);
+        // An exact count, first seen: from zero.
+        b.events = Some(ev(Some(3), 12));
+        let m = acquire_modes(None, &b, None).unwrap();
+        assert_eq!(
+            m.steals,
+            ModeCount::Count {
+                n: 3,
+                estimate: false
+            }
+        );
+        assert_eq!(m.steals.to_string(), "3");
+        // Writers do not steal; no events, or not a rwsem: no modes.
+        let mut w = lock("0x10", LockType::RwsemWrite, &[(10, wait(2_000, 1))]);
+        w.events = Some([("opt_lock".to_owned(), Some(4))].into());
+        let m = acquire_modes(None, &w, None).unwrap();
+        assert_eq!(m.steals, ModeCount::NotApplicable);
+        assert_eq!(
+            m.spins,
+            ModeCount::Count {
+                n: 4,
+                estimate: false
+            }
+        );
+        assert_eq!(m.handoffs, ModeCount::NotAvailable);
+        w.events = None;
+        assert_eq!(acquire_modes(None, &w, None), None);
+        let mut spin = lock("0x20", LockType::Spinlock, &[(12, wait(300, 7))]);
+        spin.events = Some(Default::default());
+        assert_eq!(acquire_modes(None, &spin, None), None);
+        // Through rates(): the recording's kinds mark the estimate.
+        let (mut r1, mut r2) = scripted();
+        r1.locks[0].events = Some(ev(None, 5));
+        r2.locks[0].events = Some(ev(None, 12));
+        r2.rwsem_events = Some(crate::aggregate::rwsem::RwsemEventsSummary {
+            tier: "tracepoint".into(),
+            hooks: BTreeMap::new(),
+            kinds,
+            note: None,
+            system: BTreeMap::new(),
+            lost: BTreeMap::new(),
+        });
+        let r = rates(Some(&r1), &r2);
+        assert_eq!(r.locks[0].modes.unwrap().handoffs.to_string(), "7~");
+        assert_eq!(r.locks[1].modes, None);
     }
 }

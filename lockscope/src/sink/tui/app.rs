@@ -103,7 +103,9 @@ impl LockColumn {
             LockColumn::P99 => "99th percentile wait in the interval (log2 estimate)",
             LockColumn::Max => "longest single wait since start (exact)",
             LockColumn::Waiters => "processes that waited in the interval",
-            LockColumn::Modes => "rwsem acquisition modes (n/a: needs the deep tier)",
+            LockColumn::Modes => {
+                "rwsem modes in the interval (n/a: needs the deep tier; ~ estimate)"
+            }
         }
     }
 
@@ -801,9 +803,7 @@ fn cmp_lock(col: LockColumn, a: &LockRate, b: &LockRate) -> std::cmp::Ordering {
             LockColumn::P99 => l.p99_ns() as f64,
             LockColumn::Max => l.max_ns() as f64,
             LockColumn::Waiters => l.waiters as f64,
-            LockColumn::Modes => l.modes.map_or(-1.0, |m| {
-                (m.steals + m.spins + m.handoffs + m.sleeps) as f64
-            }),
+            LockColumn::Modes => l.modes.map_or(-1.0, |m| m.seen() as f64),
             LockColumn::Type | LockColumn::Name => 0.0,
         }
     };

@@ -223,9 +223,10 @@ fn table_shows_rates_of_the_last_interval() {
         rows[1],
         format!("rwsem:R {MMAP} 1.0k 2.00ms 2.00us 2.00us 2.00us 1 n/a")
     );
-    assert_eq!(rows[2], "spinlock 0x2000 500 150us 300ns 300ns 300ns 1 n/a");
+    // No acquisition modes for other lock types.
+    assert_eq!(rows[2], "spinlock 0x2000 500 150us 300ns 300ns 300ns 1 -");
     // Nothing new on rtnl_mutex: zero rates, no interval figures, max since start.
-    assert_eq!(rows[3], "mutex rtnl_mutex 0 0 - - 50.0us 0 n/a");
+    assert_eq!(rows[3], "mutex rtnl_mutex 0 0 - - 50.0us 0 -");
     assert_eq!(rows.len(), 4);
 }
 
@@ -412,7 +413,8 @@ fn tasks_view_and_help_overlay() {
     key(&mut app, KeyCode::Char('?'));
     let s = screen(&app, 100, 40);
     assert!(s.contains("sort by that column"), "{s}");
-    assert!(s.contains("needs the deep tier"), "{s}");
+    assert!(s.contains("rwsem modes in the interval"), "{s}");
+    assert!(s.contains("l u t e"), "{s}");
     key(&mut app, KeyCode::Char('x'));
     assert_eq!(app.mode, Mode::Locks);
 }
@@ -910,4 +912,49 @@ fn rt_log_keeps_a_bounded_number_and_counts_the_rest() {
     assert_eq!(log.new_episodes, 0);
     assert_eq!(log.episodes_dropped, 7);
     assert!(!log.spikes_traced);
+}
+
+#[test]
+fn rwsem_acquisition_modes_show_where_known() {
+    use crate::aggregate::rwsem::{EventKind, RwsemEventsSummary};
+    let mut app = scripted();
+    let mut rec = app.current.clone().unwrap();
+    rec.duration_s = 3.0;
+    // The read side's events: steals n/a, 4 handoffs (estimated) since the last refresh.
+    rec.locks[0].events = Some(
+        [
+            ("rlock_steal".to_owned(), None),
+            ("rlock_handoff".to_owned(), Some(4)),
+            ("sleep_reader".to_owned(), None),
+        ]
+        .into(),
+    );
+    rec.rwsem_events = Some(RwsemEventsSummary {
+        tier: "tracepoint".into(),
+        hooks: Default::default(),
+        kinds: [("rlock_handoff".to_owned(), EventKind::Estimate)].into(),
+        note: None,
+        system: Default::default(),
+        lost: Default::default(),
+    });
+    app.update(rec);
+    let rows = table_rows(&app, 160, 20);
+    let read = rows
+        .iter()
+        .find(|r| r.starts_with("rwsem:R"))
+        .unwrap_or_else(|| panic!("{rows:?}"));
+    assert!(read.ends_with(" n/a/-/4~/n/a"), "{read}");
+    // The write side has no events in this recording: n/a.
+    let write = rows.iter().find(|r| r.starts_with("rwsem:W")).unwrap();
+    assert!(write.ends_with(" n/a"), "{write}");
+    // Sorting by modes puts the one with events first.
+    keys(&mut app, "9");
+    assert!(table_rows(&app, 160, 20)[0].starts_with("rwsem:R"));
+    key(&mut app, KeyCode::Home);
+    key(&mut app, KeyCode::Enter);
+    let s = screen(&app, 160, 40);
+    assert!(
+        s.contains("acquire modes (last interval): steals n/a  spins -  handoffs 4~  sleeps n/a"),
+        "{s}"
+    );
 }

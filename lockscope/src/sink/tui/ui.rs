@@ -318,7 +318,8 @@ fn lock_cell(l: &LockRate, c: LockColumn) -> Cell<'static> {
         LockColumn::Waiters => right(l.waiters.to_string()),
         LockColumn::Modes => Cell::from(match l.modes {
             Some(m) => format!("{}/{}/{}/{}", m.steals, m.spins, m.handoffs, m.sleeps),
-            None => "n/a".to_owned(),
+            None if l.key.lock_type.name().starts_with("rwsem") => "n/a".to_owned(),
+            None => "-".to_owned(),
         }),
     }
 }
@@ -554,7 +555,8 @@ fn draw_detail(frame: &mut Frame, app: &App, l: &LockRate, area: Rect) {
             )
         }
         (None, Some(m)) => format!(
-            "acquire modes: steals {}  spins {}  handoffs {}  sleeps {}",
+            "acquire modes (last interval): steals {}  spins {}  handoffs {}  sleeps {}  \
+             (n/a: needs the deep tier, ~: estimate, -: not on this side)",
             m.steals, m.spins, m.handoffs, m.sleeps
         ),
         (None, None) => {
