@@ -183,7 +183,7 @@ fn draw_footer(frame: &mut Frame, app: &App, area: Rect) {
     } else {
         let keys = match app.mode.view() {
             Mode::Detail(_) => {
-                "Esc back  Up/Down other lock  h histogram scope  p pause  ? help  q quit"
+                "Esc back  Up/Down other lock  h histogram scope  l u t e views  p pause  ? help  q quit"
             }
             Mode::Tasks => {
                 "Tab next view  Enter its locks  1-7 sort  r reverse  / filter  p pause  ? help  q quit"
