@@ -11,15 +11,22 @@ use std::collections::{BTreeMap, HashMap};
 
 use lockscope_common::{HIST_BUCKETS, bucket_lower_ns, bucket_upper_ns};
 
-use super::{LockEntry, Recording, WaitStats};
+use super::{
+    LockEntry, Recording, WaitStats,
+    futex::{FutexInfo, PiOwner},
+    rwsem::EventKind,
+};
 use crate::decode::LockType;
 
 /// Identity of a lock row across snapshots: the recording keeps one entry per
-/// (address, type).
+/// (address, type), and for user-space locks per (process, address, type): the same
+/// futex address in two processes is two locks.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct LockKey {
     pub addr: String,
     pub lock_type: LockType,
+    /// The process of a user-space lock; `None` for kernel locks.
+    pub pid: Option<u32>,
 }
 
 impl LockKey {
@@ -27,19 +34,184 @@ impl LockKey {
         Self {
             addr: l.addr.clone(),
             lock_type: l.lock_type,
+            pid: l.user.as_ref().map(|u| u.pid),
+        }
+    }
+
+    /// A user-space lock (futex word, pthread lock), not a kernel lock.
+    pub fn is_user(&self) -> bool {
+        self.pid.is_some() || self.lock_type.is_user()
+    }
+}
+
+/// A user-space lock's futex calls during one interval.
+#[derive(Debug, Clone, PartialEq)]
+pub struct UserRate {
+    /// The process the lock lives in.
+    pub pid: u32,
+    pub comm: String,
+    /// Futex figures of the interval: every count is `current - previous`; `in_progress`
+    /// and `pi_owner` are as of the current snapshot.
+    pub interval: FutexInfo,
+    /// Everything since start.
+    pub total: FutexInfo,
+    /// Wait calls per second (those that blocked and those that returned EAGAIN).
+    pub wait_calls_per_s: f64,
+    /// Wake calls per second, and tasks they woke.
+    pub wake_calls_per_s: f64,
+    pub woken_per_s: f64,
+    /// Wait calls per second that found the word changed (no wait).
+    pub eagain_per_s: f64,
+}
+
+impl UserRate {
+    /// Calls blocked in the kernel on this word right now.
+    pub fn blocked(&self) -> u64 {
+        self.interval.in_progress
+    }
+
+    pub fn pi_owner(&self) -> Option<&PiOwner> {
+        self.interval.pi_owner.as_ref()
+    }
+}
+
+/// Futex figures between two cumulative ones of the same word: counters subtract
+/// (saturating: a restarted source never shows negative figures); calls in progress and
+/// the PI owner are the current ones.
+pub fn futex_delta(prev: &FutexInfo, cur: &FutexInfo) -> FutexInfo {
+    let d = |a: u64, b: u64| b.saturating_sub(a);
+    FutexInfo {
+        wait_calls: d(prev.wait_calls, cur.wait_calls),
+        eagain: d(prev.eagain, cur.eagain),
+        timeouts: d(prev.timeouts, cur.timeouts),
+        interrupted: d(prev.interrupted, cur.interrupted),
+        wake_calls: d(prev.wake_calls, cur.wake_calls),
+        woken: d(prev.woken, cur.woken),
+        requeues: d(prev.requeues, cur.requeues),
+        requeued: d(prev.requeued, cur.requeued),
+        lock_pi_calls: d(prev.lock_pi_calls, cur.lock_pi_calls),
+        unlock_pi_calls: d(prev.unlock_pi_calls, cur.unlock_pi_calls),
+        trylock_pi_calls: d(prev.trylock_pi_calls, cur.trylock_pi_calls),
+        errors: d(prev.errors, cur.errors),
+        restarts: d(prev.restarts, cur.restarts),
+        unpaired: d(prev.unpaired, cur.unpaired),
+        in_progress: cur.in_progress,
+        shared_calls: d(prev.shared_calls, cur.shared_calls),
+        calls: cur
+            .calls
+            .iter()
+            .map(|(k, &n)| (k.clone(), d(prev.calls.get(k).copied().unwrap_or(0), n)))
+            .filter(|(_, n)| *n > 0)
+            .collect(),
+        pi_owner: cur.pi_owner.clone(),
+        pi_owner_died: d(prev.pi_owner_died, cur.pi_owner_died),
+        pi_word_unreadable: d(prev.pi_word_unreadable, cur.pi_word_unreadable),
+    }
+}
+
+/// One acquisition mode of one interval.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ModeCount {
+    /// This side of the lock has no such mode (readers do not spin, writers do not steal).
+    NotApplicable,
+    /// The tier cannot see it (`null` in the recording).
+    NotAvailable,
+    /// Events in the interval; `estimate` when the tier samples rather than sees them.
+    Count { n: u64, estimate: bool },
+}
+
+impl ModeCount {
+    /// The count, where there is one.
+    pub fn n(self) -> Option<u64> {
+        match self {
+            ModeCount::Count { n, .. } => Some(n),
+            _ => None,
         }
     }
 }
 
-/// How a rwsem was acquired (kernel `lock_events` names). The tracepoint tier cannot see
-/// these; the recording carries none yet, so every lock has `None` ("n/a"). The deep tier
-/// will fill them in: this is where its per-interval deltas belong.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+impl std::fmt::Display for ModeCount {
+    /// `-`, `n/a`, `12`, or `12~` for an estimate.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ModeCount::NotApplicable => f.write_str("-"),
+            ModeCount::NotAvailable => f.write_str("n/a"),
+            ModeCount::Count { n, estimate } => {
+                write!(f, "{n}{}", if *estimate { "~" } else { "" })
+            }
+        }
+    }
+}
+
+/// How a rwsem side was acquired during the interval, from the recording's rwsem lock
+/// events (kernel `lock_events` names): steals = `rlock_steal`, spins = `opt_lock`,
+/// handoffs = `rlock_handoff` / `wlock_handoff`, sleeps = `sleep_reader` /
+/// `sleep_writer`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AcquireModes {
-    pub steals: u64,
-    pub spins: u64,
-    pub handoffs: u64,
-    pub sleeps: u64,
+    pub steals: ModeCount,
+    pub spins: ModeCount,
+    pub handoffs: ModeCount,
+    pub sleeps: ModeCount,
+}
+
+impl AcquireModes {
+    /// Events seen, all modes summed (for sorting).
+    pub fn seen(&self) -> u64 {
+        [self.steals, self.spins, self.handoffs, self.sleeps]
+            .iter()
+            .filter_map(|m| m.n())
+            .sum()
+    }
+}
+
+/// The acquisition modes of a rwsem entry during the interval; `None` for entries
+/// without lock events (other lock types, or a recording made without them).
+pub fn acquire_modes(
+    prev: Option<&LockEntry>,
+    cur: &LockEntry,
+    kinds: Option<&BTreeMap<String, EventKind>>,
+) -> Option<AcquireModes> {
+    let events = cur.events.as_ref()?;
+    let names = match cur.lock_type {
+        LockType::RwsemRead => [
+            Some("rlock_steal"),
+            None,
+            Some("rlock_handoff"),
+            Some("sleep_reader"),
+        ],
+        LockType::RwsemWrite => [
+            None,
+            Some("opt_lock"),
+            Some("wlock_handoff"),
+            Some("sleep_writer"),
+        ],
+        _ => return None,
+    };
+    let before = prev.and_then(|p| p.events.as_ref());
+    let count = |name: Option<&str>| -> ModeCount {
+        let Some(name) = name else {
+            return ModeCount::NotApplicable;
+        };
+        match events.get(name).copied().flatten() {
+            Some(v) => {
+                let was = before
+                    .and_then(|b| b.get(name).copied().flatten())
+                    .unwrap_or(0);
+                ModeCount::Count {
+                    n: v.saturating_sub(was),
+                    estimate: kinds.and_then(|k| k.get(name)) == Some(&EventKind::Estimate),
+                }
+            }
+            None => ModeCount::NotAvailable,
+        }
+    };
+    Some(AcquireModes {
+        steals: count(names[0]),
+        spins: count(names[1]),
+        handoffs: count(names[2]),
+        sleeps: count(names[3]),
+    })
 }
 
 /// One lock during one interval.
@@ -64,6 +236,8 @@ pub struct LockRate {
     pub tasks: Vec<TaskRate>,
     /// rwsem acquisition modes during the interval; `None` where the tier cannot see them.
     pub modes: Option<AcquireModes>,
+    /// User-space locks: the process and its futex calls; `None` for kernel locks.
+    pub user: Option<UserRate>,
 }
 
 impl LockRate {
@@ -106,6 +280,8 @@ pub struct TaskRate {
     pub locks: usize,
     /// The lock it waited longest on during the interval (per-task view only).
     pub top_lock: String,
+    /// That lock is a user-space lock (per-task view only).
+    pub top_lock_user: bool,
 }
 
 /// Everything a live view shows for one interval.
@@ -115,7 +291,7 @@ pub struct Rates {
     pub interval_s: f64,
     /// The first snapshot, or the session restarted: figures are since its start.
     pub since_start: bool,
-    /// Contention events (`contention_begin`) per second.
+    /// Contention events (`contention_begin`) and futex syscalls per second.
     pub events_per_s: f64,
     /// Everything lost since start, summed over reasons.
     pub lost_total: u64,
@@ -196,10 +372,17 @@ pub fn rates(prev: Option<&Recording>, cur: &Recording) -> Rates {
     let prev_locks: HashMap<LockKey, &LockEntry> =
         base.locks.iter().map(|l| (LockKey::of(l), l)).collect();
 
+    let kinds = cur.rwsem_events.as_ref().map(|e| &e.kinds);
     let locks: Vec<LockRate> = cur
         .locks
         .iter()
-        .map(|l| lock_rate(prev_locks.get(&LockKey::of(l)).copied(), l, interval_s))
+        .map(|l| {
+            let before = prev_locks.get(&LockKey::of(l)).copied();
+            LockRate {
+                modes: acquire_modes(before, l, kinds),
+                ..lock_rate(before, l, interval_s)
+            }
+        })
         .collect();
 
     let lost_total: u64 = cur.lost.values().sum();
@@ -208,7 +391,8 @@ pub fn rates(prev: Option<&Recording>, cur: &Recording) -> Rates {
         interval_s,
         since_start: prev.is_none(),
         events_per_s: per_second(
-            cur.events.begin.saturating_sub(base.events.begin),
+            cur.events.begin.saturating_sub(base.events.begin)
+                + futex_calls(cur).saturating_sub(futex_calls(base)),
             interval_s,
         ),
         lost_total,
@@ -216,6 +400,11 @@ pub fn rates(prev: Option<&Recording>, cur: &Recording) -> Rates {
         tasks: task_rates(&locks, interval_s),
         locks,
     }
+}
+
+/// Futex syscalls seen (0 when the futex probes did not run).
+fn futex_calls(r: &Recording) -> u64 {
+    r.futex_events.as_ref().map_or(0, |f| f.enter)
 }
 
 fn lock_rate(prev: Option<&LockEntry>, cur: &LockEntry, secs: f64) -> LockRate {
@@ -271,6 +460,7 @@ fn lock_rate(prev: Option<&LockEntry>, cur: &LockEntry, secs: f64) -> LockRate {
                 wait_ns_per_s: per_second(d.total_ns, secs),
                 locks: usize::from(d.count > 0),
                 top_lock: cur.name.clone(),
+                top_lock_user: cur.user.is_some(),
                 interval: d,
                 total: t.stats.clone(),
             }
@@ -285,6 +475,20 @@ fn lock_rate(prev: Option<&LockEntry>, cur: &LockEntry, secs: f64) -> LockRate {
     });
     let waiters = tasks.iter().filter(|t| t.interval.count > 0).count();
 
+    let user = cur.user.as_ref().map(|u| {
+        let before = prev.and_then(|p| p.user.as_ref()).map(|p| &p.futex);
+        let iv = futex_delta(before.unwrap_or(&FutexInfo::default()), &u.futex);
+        UserRate {
+            pid: u.pid,
+            comm: u.comm.clone(),
+            wait_calls_per_s: per_second(iv.wait_calls, secs),
+            wake_calls_per_s: per_second(iv.wake_calls, secs),
+            woken_per_s: per_second(iv.woken, secs),
+            eagain_per_s: per_second(iv.eagain, secs),
+            interval: iv,
+            total: u.futex.clone(),
+        }
+    });
     LockRate {
         key: LockKey::of(cur),
         name: cur.name.clone(),
@@ -297,6 +501,7 @@ fn lock_rate(prev: Option<&LockEntry>, cur: &LockEntry, secs: f64) -> LockRate {
         callers,
         tasks,
         modes: None,
+        user,
     }
 }
 
@@ -307,7 +512,7 @@ fn task_rates(locks: &[LockRate], secs: f64) -> Vec<TaskRate> {
         interval: WaitStats,
         total: WaitStats,
         locks: usize,
-        top: (u64, String),
+        top: (u64, String, bool),
     }
     let mut by_pid: BTreeMap<u32, Acc> = BTreeMap::new();
     for l in locks {
@@ -317,7 +522,7 @@ fn task_rates(locks: &[LockRate], secs: f64) -> Vec<TaskRate> {
                 interval: WaitStats::default(),
                 total: WaitStats::default(),
                 locks: 0,
-                top: (0, String::new()),
+                top: (0, String::new(), false),
             });
             acc.interval.merge(&t.interval);
             acc.total.merge(&t.total);
@@ -327,6 +532,7 @@ fn task_rates(locks: &[LockRate], secs: f64) -> Vec<TaskRate> {
                     acc.top = (
                         t.interval.total_ns,
                         format!("{} ({})", l.name, l.key.lock_type),
+                        l.key.is_user(),
                     );
                 }
             }
@@ -343,6 +549,7 @@ fn task_rates(locks: &[LockRate], secs: f64) -> Vec<TaskRate> {
             total: a.total,
             locks: a.locks,
             top_lock: a.top.1,
+            top_lock_user: a.top.2,
         })
         .collect();
     tasks.sort_by(|a, b| {
@@ -566,5 +773,238 @@ mod tests {
         assert_eq!(z.interval_s, 0.0);
         assert!(z.locks.iter().all(|l| l.contentions_per_s == 0.0));
         assert_eq!(z.events_per_s, 0.0);
+    }
+
+    /// A futex word of process `pid` with `waits` blocking waits of 5 us and the given
+    /// call counts (wait calls, eagain, wake calls, woken) and calls blocked now.
+    fn futex(pid: u32, uaddr: &str, waits: u64, calls: [u64; 4], blocked: u64) -> LockEntry {
+        use crate::aggregate::futex::{FutexInfo, UserLock};
+        let stats = if waits > 0 {
+            wait(5_000, waits)
+        } else {
+            WaitStats::default()
+        };
+        let [wait_calls, eagain, wake_calls, woken] = calls;
+        let futex = FutexInfo {
+            wait_calls,
+            eagain,
+            wake_calls,
+            woken,
+            in_progress: blocked,
+            calls: [
+                ("FUTEX_WAIT".to_owned(), wait_calls),
+                ("FUTEX_WAKE".to_owned(), wake_calls),
+            ]
+            .into_iter()
+            .filter(|(_, n)| *n > 0)
+            .collect(),
+            ..Default::default()
+        };
+        LockEntry {
+            addr: uaddr.into(),
+            lock_type: LockType::Futex,
+            name: format!("futex {uaddr} of app[{pid}]"),
+            owner: None,
+            callers: Vec::new(),
+            tasks: vec![TaskEntry {
+                pid,
+                comm: "app".into(),
+                stats: stats.clone(),
+                events: None,
+            }],
+            stats,
+            user: Some(UserLock {
+                pid,
+                comm: "app".into(),
+                futex,
+            }),
+            events: None,
+        }
+    }
+
+    #[test]
+    fn futex_rows_subtract_their_calls_and_are_keyed_by_process() {
+        // The same address in two processes: two locks.
+        let a = recording(
+            1.0,
+            0,
+            0,
+            vec![
+                futex(7, "0x1000", 10, [30, 20, 12, 10], 0),
+                futex(8, "0x1000", 0, [0, 0, 0, 0], 0),
+            ],
+        );
+        let b = recording(
+            3.0,
+            0,
+            0,
+            vec![
+                futex(7, "0x1000", 50, [90, 40, 52, 50], 3),
+                futex(8, "0x1000", 4, [6, 2, 4, 4], 1),
+            ],
+        );
+        let (mut a, mut b) = (a, b);
+        let calls = |enter| {
+            Some(crate::aggregate::futex::FutexEvents {
+                enter,
+                exit: enter,
+                ..Default::default()
+            })
+        };
+        a.futex_events = calls(100);
+        b.futex_events = calls(400);
+        let r = rates(Some(&a), &b);
+        // Futex syscalls count as events: 300 in 2 s.
+        assert_eq!(r.events_per_s, 150.0);
+        assert_eq!(r.locks.len(), 2);
+        assert_ne!(r.locks[0].key, r.locks[1].key);
+        assert!(r.locks.iter().all(|l| l.key.is_user()));
+        let l7 = r.locks.iter().find(|l| l.key.pid == Some(7)).unwrap();
+        // 40 blocking waits in 2 s.
+        assert_eq!(l7.contentions_per_s, 20.0);
+        assert_eq!(l7.wait_ns_per_s, 40.0 * 5_000.0 / 2.0);
+        let u = l7.user.as_ref().unwrap();
+        assert_eq!((u.pid, u.comm.as_str()), (7, "app"));
+        assert_eq!(u.interval.wait_calls, 60);
+        assert_eq!(u.wait_calls_per_s, 30.0);
+        assert_eq!(u.eagain_per_s, 10.0);
+        assert_eq!(u.wake_calls_per_s, 20.0);
+        assert_eq!(u.woken_per_s, 20.0);
+        assert_eq!(u.interval.calls["FUTEX_WAIT"], 60);
+        assert_eq!(u.total.wait_calls, 90);
+        // Blocked calls are as of now, not a difference.
+        assert_eq!(u.blocked(), 3);
+        // Process 8 started in this interval: counted from zero.
+        let l8 = r.locks.iter().find(|l| l.key.pid == Some(8)).unwrap();
+        let u8 = l8.user.as_ref().unwrap();
+        assert_eq!(l8.contentions_per_s, 2.0);
+        assert_eq!(u8.wait_calls_per_s, 3.0);
+        assert_eq!(u8.blocked(), 1);
+        // The per-task view knows that the top lock is a user-space lock.
+        let t7 = r.tasks.iter().find(|t| t.pid == 7).unwrap();
+        assert!(t7.top_lock_user);
+        assert_eq!(t7.top_lock, "futex 0x1000 of app[7] (futex)");
+        // Kernel locks are not user locks.
+        let (ka, _) = scripted();
+        assert!(rates(None, &ka).locks.iter().all(|l| !l.key.is_user()));
+        assert!(rates(None, &ka).locks.iter().all(|l| l.user.is_none()));
+    }
+
+    #[test]
+    fn futex_delta_never_goes_negative_and_keeps_the_current_owner() {
+        use crate::aggregate::futex::{FutexInfo, PiOwner};
+        let prev = FutexInfo {
+            lock_pi_calls: 10,
+            unlock_pi_calls: 9,
+            calls: [("FUTEX_LOCK_PI".to_owned(), 10)].into(),
+            pi_owner: Some(PiOwner {
+                tid: 1,
+                comm: "old".into(),
+            }),
+            ..Default::default()
+        };
+        let cur = FutexInfo {
+            lock_pi_calls: 4,
+            unlock_pi_calls: 12,
+            calls: [
+                ("FUTEX_LOCK_PI".to_owned(), 4),
+                ("FUTEX_UNLOCK_PI".to_owned(), 12),
+            ]
+            .into(),
+            pi_owner: Some(PiOwner {
+                tid: 2,
+                comm: "new".into(),
+            }),
+            in_progress: 2,
+            ..Default::default()
+        };
+        let d = futex_delta(&prev, &cur);
+        assert_eq!(d.lock_pi_calls, 0);
+        assert_eq!(d.unlock_pi_calls, 3);
+        assert_eq!(d.calls.len(), 1, "zero deltas are left out: {:?}", d.calls);
+        assert_eq!(d.calls["FUTEX_UNLOCK_PI"], 12);
+        assert_eq!(d.pi_owner.unwrap().tid, 2);
+        assert_eq!(d.in_progress, 2);
+    }
+
+    #[test]
+    fn acquire_modes_are_interval_deltas_marked_by_kind() {
+        let ev = |steal: Option<u64>, handoff: u64| -> super::super::rwsem::EventValues {
+            [
+                ("rlock_steal".to_owned(), steal),
+                ("rlock_handoff".to_owned(), Some(handoff)),
+                ("sleep_reader".to_owned(), None),
+            ]
+            .into()
+        };
+        let mut a = lock("0x10", LockType::RwsemRead, &[(10, wait(2_000, 1))]);
+        a.events = Some(ev(None, 5));
+        let mut b = a.clone();
+        b.events = Some(ev(None, 12));
+        let kinds: BTreeMap<String, EventKind> = [
+            ("rlock_steal".to_owned(), EventKind::NotAvailable),
+            ("rlock_handoff".to_owned(), EventKind::Estimate),
+        ]
+        .into();
+        let m = acquire_modes(Some(&a), &b, Some(&kinds)).unwrap();
+        assert_eq!(m.steals, ModeCount::NotAvailable);
+        assert_eq!(m.spins, ModeCount::NotApplicable, "readers do not spin");
+        assert_eq!(
+            m.handoffs,
+            ModeCount::Count {
+                n: 7,
+                estimate: true
+            }
+        );
+        assert_eq!(m.sleeps, ModeCount::NotAvailable);
+        assert_eq!(
+            format!("{}/{}/{}/{}", m.steals, m.spins, m.handoffs, m.sleeps),
+            "n/a/-/7~/n/a"
+        );
+        assert_eq!(m.seen(), 7);
+        // An exact count, first seen: from zero.
+        b.events = Some(ev(Some(3), 12));
+        let m = acquire_modes(None, &b, None).unwrap();
+        assert_eq!(
+            m.steals,
+            ModeCount::Count {
+                n: 3,
+                estimate: false
+            }
+        );
+        assert_eq!(m.steals.to_string(), "3");
+        // Writers do not steal; no events, or not a rwsem: no modes.
+        let mut w = lock("0x10", LockType::RwsemWrite, &[(10, wait(2_000, 1))]);
+        w.events = Some([("opt_lock".to_owned(), Some(4))].into());
+        let m = acquire_modes(None, &w, None).unwrap();
+        assert_eq!(m.steals, ModeCount::NotApplicable);
+        assert_eq!(
+            m.spins,
+            ModeCount::Count {
+                n: 4,
+                estimate: false
+            }
+        );
+        assert_eq!(m.handoffs, ModeCount::NotAvailable);
+        w.events = None;
+        assert_eq!(acquire_modes(None, &w, None), None);
+        let mut spin = lock("0x20", LockType::Spinlock, &[(12, wait(300, 7))]);
+        spin.events = Some(Default::default());
+        assert_eq!(acquire_modes(None, &spin, None), None);
+        // Through rates(): the recording's kinds mark the estimate.
+        let (mut r1, mut r2) = scripted();
+        r1.locks[0].events = Some(ev(None, 5));
+        r2.locks[0].events = Some(ev(None, 12));
+        r2.rwsem_events = Some(crate::aggregate::rwsem::RwsemEventsSummary {
+            tier: "tracepoint".into(),
+            hooks: BTreeMap::new(),
+            kinds,
+            note: None,
+            system: BTreeMap::new(),
+            lost: BTreeMap::new(),
+        });
+        let r = rates(Some(&r1), &r2);
+        assert_eq!(r.locks[0].modes.unwrap().handoffs.to_string(), "7~");
+        assert_eq!(r.locks[1].modes, None);
     }
 }

@@ -8,6 +8,7 @@ use std::{
 
 use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 
+use super::rt::RtLog;
 use crate::aggregate::{
     Recording,
     rates::{LockKey, LockRate, Rates, TaskRate, rates},
@@ -19,10 +20,14 @@ pub const HISTORY: Duration = Duration::from_secs(300);
 /// What the screen shows; drives both key handling and drawing.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Mode {
-    /// The table of locks.
+    /// The table of kernel locks.
     Locks,
+    /// The table of user-space locks (futex words, pthread locks).
+    UserLocks,
     /// The table of waiting processes.
     Tasks,
+    /// Starvation episodes and latency spikes as they arrive.
+    Rt,
     /// One lock: histogram, wait-rate chart, callers, tasks.
     Detail(LockKey),
     /// Typing a filter; the view underneath stays visible.
@@ -30,6 +35,9 @@ pub enum Mode {
     /// The help overlay over a view.
     Help(Box<Mode>),
 }
+
+/// The views `Tab` cycles through, in order.
+pub const VIEWS: [Mode; 4] = [Mode::Locks, Mode::UserLocks, Mode::Tasks, Mode::Rt];
 
 impl Mode {
     /// The view drawn underneath overlays.
@@ -95,7 +103,9 @@ impl LockColumn {
             LockColumn::P99 => "99th percentile wait in the interval (log2 estimate)",
             LockColumn::Max => "longest single wait since start (exact)",
             LockColumn::Waiters => "processes that waited in the interval",
-            LockColumn::Modes => "rwsem acquisition modes (n/a: needs the deep tier)",
+            LockColumn::Modes => {
+                "rwsem modes in the interval (n/a: needs the deep tier; ~ estimate)"
+            }
         }
     }
 
@@ -148,6 +158,77 @@ impl TaskColumn {
     }
 }
 
+/// Columns of the user-space lock table; `1`-`9` and `0` sort by the first ten.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UserColumn {
+    Type,
+    Process,
+    Addr,
+    Contentions,
+    Wait,
+    Avg,
+    P99,
+    Max,
+    Wakes,
+    Blocked,
+    Owner,
+}
+
+impl UserColumn {
+    pub const ALL: [UserColumn; 11] = [
+        UserColumn::Type,
+        UserColumn::Process,
+        UserColumn::Addr,
+        UserColumn::Contentions,
+        UserColumn::Wait,
+        UserColumn::Avg,
+        UserColumn::P99,
+        UserColumn::Max,
+        UserColumn::Wakes,
+        UserColumn::Blocked,
+        UserColumn::Owner,
+    ];
+
+    pub fn title(self) -> &'static str {
+        match self {
+            UserColumn::Type => "type",
+            UserColumn::Process => "process",
+            UserColumn::Addr => "address",
+            UserColumn::Contentions => "cont/s",
+            UserColumn::Wait => "wait/s",
+            UserColumn::Avg => "avg",
+            UserColumn::P99 => "p99~",
+            UserColumn::Max => "max",
+            UserColumn::Wakes => "wake/s",
+            UserColumn::Blocked => "blocked",
+            UserColumn::Owner => "PI owner",
+        }
+    }
+
+    pub fn help(self) -> &'static str {
+        match self {
+            UserColumn::Type => "futex, futex-pi (PI futex), pthread lock types",
+            UserColumn::Process => "process the lock lives in (comm[pid])",
+            UserColumn::Addr => "address of the futex word in that process",
+            UserColumn::Contentions => "futex waits per second that blocked (not EAGAIN)",
+            UserColumn::Wait => "time spent blocked per second, all waiters summed",
+            UserColumn::Avg => "average blocked wait in the interval",
+            UserColumn::P99 => "99th percentile blocked wait in the interval (log2 estimate)",
+            UserColumn::Max => "longest single blocked wait since start (exact)",
+            UserColumn::Wakes => "FUTEX_WAKE-type calls per second",
+            UserColumn::Blocked => "calls blocked on the word right now",
+            UserColumn::Owner => "PI futex: the owner found in the word at the latest LOCK_PI",
+        }
+    }
+
+    fn numeric(self) -> bool {
+        !matches!(
+            self,
+            UserColumn::Type | UserColumn::Process | UserColumn::Addr | UserColumn::Owner
+        )
+    }
+}
+
 /// What the main loop should do after a key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Action {
@@ -177,6 +258,7 @@ pub struct App {
     pub current: Option<Recording>,
     pub rates: Option<Rates>,
     pub lock_sort: LockColumn,
+    pub user_sort: UserColumn,
     pub task_sort: TaskColumn,
     /// Reverse the natural direction of the sort column.
     pub reverse: bool,
@@ -187,17 +269,24 @@ pub struct App {
     /// Last error from the source (a server that went away); cleared by the next
     /// successful refresh.
     pub error: Option<String>,
-    /// Indices into `rates.locks` / `rates.tasks` in display order (filtered, sorted).
+    /// Indices into `rates.locks` / `rates.tasks` in display order (filtered, sorted):
+    /// kernel locks, user-space locks, tasks.
     pub lock_rows: Vec<usize>,
+    pub user_rows: Vec<usize>,
     pub task_rows: Vec<usize>,
-    /// The selected lock (follows the lock when rows move) and task.
+    /// The selected kernel lock, user-space lock (each follows its lock when rows move)
+    /// and task.
     pub selected_lock: Option<LockKey>,
+    pub selected_user: Option<LockKey>,
     pub selected_task: Option<u32>,
+    /// Starvation episodes and latency spikes seen so far.
+    pub rt: RtLog,
     /// Wait nanoseconds per second, one sample per refresh, oldest first.
     pub history: HashMap<LockKey, VecDeque<u64>>,
     pub refreshes: u64,
     /// Display order of the previous refresh, to keep rows in place on ties.
     prev_lock_order: HashMap<LockKey, usize>,
+    prev_user_order: HashMap<LockKey, usize>,
     prev_task_order: HashMap<u32, usize>,
     history_len: usize,
 }
@@ -212,6 +301,7 @@ impl App {
             current: None,
             rates: None,
             lock_sort: LockColumn::Wait,
+            user_sort: UserColumn::Wait,
             task_sort: TaskColumn::Wait,
             reverse: false,
             filter: String::new(),
@@ -219,12 +309,16 @@ impl App {
             hist_scope: HistScope::SinceStart,
             error: None,
             lock_rows: Vec::new(),
+            user_rows: Vec::new(),
             task_rows: Vec::new(),
             selected_lock: None,
+            selected_user: None,
             selected_task: None,
+            rt: RtLog::default(),
             history: HashMap::new(),
             refreshes: 0,
             prev_lock_order: HashMap::new(),
+            prev_user_order: HashMap::new(),
             prev_task_order: HashMap::new(),
         }
     }
@@ -243,9 +337,10 @@ impl App {
         self.history
             .retain(|k, _| r.locks.iter().any(|l| &l.key == k));
         self.rates = Some(r);
+        self.refreshes += 1;
+        self.rt.update(&rec, self.refreshes);
         self.current = Some(rec);
         self.error = None;
-        self.refreshes += 1;
         self.reorder();
     }
 
@@ -259,6 +354,13 @@ impl App {
             return Vec::new();
         };
         self.lock_rows.iter().map(|&i| &r.locks[i]).collect()
+    }
+
+    pub fn visible_user_locks(&self) -> Vec<&LockRate> {
+        let Some(r) = &self.rates else {
+            return Vec::new();
+        };
+        self.user_rows.iter().map(|&i| &r.locks[i]).collect()
     }
 
     pub fn visible_tasks(&self) -> Vec<&TaskRate> {
@@ -276,6 +378,11 @@ impl App {
     pub fn selected_lock_row(&self) -> Option<usize> {
         let key = self.selected_lock.as_ref()?;
         self.visible_locks().iter().position(|l| &l.key == key)
+    }
+
+    pub fn selected_user_row(&self) -> Option<usize> {
+        let key = self.selected_user.as_ref()?;
+        self.visible_user_locks().iter().position(|l| &l.key == key)
     }
 
     pub fn selected_task_row(&self) -> Option<usize> {
@@ -311,29 +418,22 @@ impl App {
         let Some(r) = &self.rates else {
             return;
         };
-        let prev = &self.prev_lock_order;
-        let mut rows: Vec<usize> = (0..r.locks.len())
-            .filter(|&i| self.lock_matches(&r.locks[i]))
+        let rev = self.reverse;
+        let (col, ucol) = (self.lock_sort, self.user_sort);
+        let kernel: Vec<usize> = (0..r.locks.len())
+            .filter(|&i| !r.locks[i].key.is_user() && self.lock_matches(&r.locks[i]))
             .collect();
-        let (col, rev) = (self.lock_sort, self.reverse);
-        rows.sort_by(|&a, &b| {
-            let (a, b) = (&r.locks[a], &r.locks[b]);
-            let primary = cmp_lock(col, a, b);
-            let primary = if rev { primary.reverse() } else { primary };
-            primary
-                .then_with(|| {
-                    let pa = prev.get(&a.key).copied().unwrap_or(usize::MAX);
-                    let pb = prev.get(&b.key).copied().unwrap_or(usize::MAX);
-                    pa.cmp(&pb)
-                })
-                .then_with(|| b.total.total_ns.cmp(&a.total.total_ns))
-                .then_with(|| a.key.cmp(&b.key))
+        let rows = sort_rows(kernel, &r.locks, &self.prev_lock_order, rev, |a, b| {
+            cmp_lock(col, a, b)
         });
-        self.prev_lock_order = rows
-            .iter()
-            .enumerate()
-            .map(|(pos, &i)| (r.locks[i].key.clone(), pos))
+        self.prev_lock_order = positions(&rows, &r.locks);
+        let user: Vec<usize> = (0..r.locks.len())
+            .filter(|&i| r.locks[i].key.is_user() && self.lock_matches(&r.locks[i]))
             .collect();
+        let urows = sort_rows(user, &r.locks, &self.prev_user_order, rev, |a, b| {
+            cmp_user(ucol, a, b)
+        });
+        self.prev_user_order = positions(&urows, &r.locks);
 
         let prev = &self.prev_task_order;
         let mut trows: Vec<usize> = (0..r.tasks.len())
@@ -358,20 +458,15 @@ impl App {
             .map(|(pos, &i)| (r.tasks[i].pid, pos))
             .collect();
 
-        // Keep the selection on its lock; pick the first row when it is gone.
-        let lock_keys: Vec<&LockKey> = rows.iter().map(|&i| &r.locks[i].key).collect();
-        if !self
-            .selected_lock
-            .as_ref()
-            .is_some_and(|k| lock_keys.contains(&k))
-        {
-            self.selected_lock = lock_keys.first().map(|k| (*k).clone());
-        }
+        // Keep each selection on its lock; pick the first row when it is gone.
+        self.selected_lock = keep_selection(self.selected_lock.take(), &rows, &r.locks);
+        self.selected_user = keep_selection(self.selected_user.take(), &urows, &r.locks);
         let pids: Vec<u32> = trows.iter().map(|&i| r.tasks[i].pid).collect();
         if !self.selected_task.is_some_and(|p| pids.contains(&p)) {
             self.selected_task = pids.first().copied();
         }
         self.lock_rows = rows;
+        self.user_rows = urows;
         self.task_rows = trows;
     }
 
@@ -405,7 +500,7 @@ impl App {
                 Action::Continue
             }
             Mode::Detail(lock) => self.detail_key(key, lock),
-            Mode::Locks | Mode::Tasks => self.table_key(key),
+            Mode::Locks | Mode::UserLocks | Mode::Tasks | Mode::Rt => self.table_key(key),
         }
     }
 
@@ -428,7 +523,6 @@ impl App {
         if let Some(a) = self.common_key(key) {
             return a;
         }
-        let tasks = self.mode == Mode::Tasks;
         match key.code {
             KeyCode::Esc if !self.filter.is_empty() => {
                 self.filter.clear();
@@ -436,25 +530,38 @@ impl App {
             }
             KeyCode::Esc => return Action::Quit,
             KeyCode::Char('/') => self.mode = Mode::Filter(Box::new(self.mode.clone())),
-            KeyCode::Tab | KeyCode::BackTab => {
-                self.mode = if tasks { Mode::Locks } else { Mode::Tasks };
-            }
+            KeyCode::Tab => self.step_view(1),
+            KeyCode::BackTab => self.step_view(-1),
             KeyCode::Char('l') => self.mode = Mode::Locks,
+            KeyCode::Char('u') | KeyCode::Char('f') => self.mode = Mode::UserLocks,
             KeyCode::Char('t') => self.mode = Mode::Tasks,
+            KeyCode::Char('e') => self.mode = Mode::Rt,
             KeyCode::Down | KeyCode::Char('j') => self.move_selection(1),
             KeyCode::Up | KeyCode::Char('k') => self.move_selection(-1),
             KeyCode::PageDown => self.move_selection(10),
             KeyCode::PageUp => self.move_selection(-10),
             KeyCode::Home | KeyCode::Char('g') => self.move_selection(isize::MIN / 2),
             KeyCode::End | KeyCode::Char('G') => self.move_selection(isize::MAX / 2),
-            KeyCode::Char(c @ '1'..='9') => {
-                let i = c as usize - '1' as usize;
-                if tasks {
-                    if let Some(&col) = TaskColumn::ALL.get(i) {
-                        self.set_task_sort(col);
+            KeyCode::Char(c @ '0'..='9') => {
+                // 1 = first column ... 9, then 0 = tenth.
+                let i = (c as usize - '0' as usize + 9) % 10;
+                match self.mode {
+                    Mode::Tasks => {
+                        if let Some(&col) = TaskColumn::ALL.get(i) {
+                            self.set_task_sort(col);
+                        }
                     }
-                } else if let Some(&col) = LockColumn::ALL.get(i) {
-                    self.set_lock_sort(col);
+                    Mode::UserLocks => {
+                        if let Some(&col) = UserColumn::ALL.get(i) {
+                            self.set_user_sort(col);
+                        }
+                    }
+                    Mode::Locks => {
+                        if let Some(&col) = LockColumn::ALL.get(i) {
+                            self.set_lock_sort(col);
+                        }
+                    }
+                    _ => {}
                 }
             }
             KeyCode::Char('>') | KeyCode::Char('s') | KeyCode::Right => self.step_sort(1),
@@ -463,39 +570,67 @@ impl App {
                 self.reverse = !self.reverse;
                 self.reorder();
             }
-            KeyCode::Enter if !tasks => {
-                if let Some(k) = self.selected_lock.clone() {
-                    self.mode = Mode::Detail(k);
-                }
-            }
-            KeyCode::Enter => {
-                // From a task to the locks it waits on.
-                if let Some(pid) = self.selected_task {
-                    let comm = self
-                        .visible_tasks()
-                        .into_iter()
-                        .find(|t| t.pid == pid)
-                        .map(|t| t.comm.clone());
-                    if let Some(comm) = comm {
-                        self.filter = comm;
-                        self.mode = Mode::Locks;
-                        self.reorder();
+            KeyCode::Enter => match self.mode {
+                Mode::Locks => {
+                    if let Some(k) = self.selected_lock.clone() {
+                        self.mode = Mode::Detail(k);
                     }
                 }
-            }
+                Mode::UserLocks => {
+                    if let Some(k) = self.selected_user.clone() {
+                        self.mode = Mode::Detail(k);
+                    }
+                }
+                Mode::Tasks => self.task_to_locks(),
+                _ => {}
+            },
             _ => {}
         }
         Action::Continue
+    }
+
+    /// From the selected task to the locks it waits on: the view of its top lock,
+    /// filtered by its name.
+    fn task_to_locks(&mut self) {
+        let Some(pid) = self.selected_task else {
+            return;
+        };
+        let task = self
+            .visible_tasks()
+            .into_iter()
+            .find(|t| t.pid == pid)
+            .map(|t| (t.comm.clone(), t.top_lock_user));
+        if let Some((comm, user)) = task {
+            self.filter = comm;
+            self.mode = if user { Mode::UserLocks } else { Mode::Locks };
+            self.reorder();
+        }
+    }
+
+    fn step_view(&mut self, step: isize) {
+        let i = VIEWS.iter().position(|v| *v == self.mode).unwrap_or(0) as isize;
+        self.mode = VIEWS[(i + step).rem_euclid(VIEWS.len() as isize) as usize].clone();
     }
 
     fn detail_key(&mut self, key: KeyEvent, lock: LockKey) -> Action {
         if let Some(a) = self.common_key(key) {
             return a;
         }
+        let user = lock.is_user();
         match key.code {
             KeyCode::Esc | KeyCode::Backspace | KeyCode::Left | KeyCode::Enter => {
-                self.selected_lock = Some(lock);
-                self.mode = Mode::Locks;
+                self.mode = if user { Mode::UserLocks } else { Mode::Locks };
+                self.set_selected(user, lock);
+            }
+            // The view keys leave the detail view for that view.
+            KeyCode::Char(c @ ('l' | 'u' | 'f' | 't' | 'e')) => {
+                self.set_selected(user, lock);
+                self.mode = match c {
+                    'l' => Mode::Locks,
+                    't' => Mode::Tasks,
+                    'e' => Mode::Rt,
+                    _ => Mode::UserLocks,
+                };
             }
             KeyCode::Char('h') => {
                 self.hist_scope = match self.hist_scope {
@@ -504,14 +639,19 @@ impl App {
                 }
             }
             KeyCode::Down | KeyCode::Char('j') | KeyCode::Up | KeyCode::Char('k') => {
-                self.selected_lock = Some(lock);
                 let step = if matches!(key.code, KeyCode::Down | KeyCode::Char('j')) {
                     1
                 } else {
                     -1
                 };
-                self.move_lock(step);
-                if let Some(k) = self.selected_lock.clone() {
+                self.set_selected(user, lock);
+                self.move_lock(user, step);
+                let next = if user {
+                    &self.selected_user
+                } else {
+                    &self.selected_lock
+                };
+                if let Some(k) = next.clone() {
                     self.mode = Mode::Detail(k);
                 }
             }
@@ -520,11 +660,29 @@ impl App {
         Action::Continue
     }
 
+    fn set_selected(&mut self, user: bool, lock: LockKey) {
+        if user {
+            self.selected_user = Some(lock);
+        } else {
+            self.selected_lock = Some(lock);
+        }
+    }
+
     fn set_lock_sort(&mut self, col: LockColumn) {
         if self.lock_sort == col {
             self.reverse = !self.reverse;
         } else {
             self.lock_sort = col;
+            self.reverse = false;
+        }
+        self.reorder();
+    }
+
+    fn set_user_sort(&mut self, col: UserColumn) {
+        if self.user_sort == col {
+            self.reverse = !self.reverse;
+        } else {
+            self.user_sort = col;
             self.reverse = false;
         }
         self.reorder();
@@ -541,43 +699,86 @@ impl App {
     }
 
     fn step_sort(&mut self, step: isize) {
-        if self.mode == Mode::Tasks {
-            let n = TaskColumn::ALL.len() as isize;
-            let i = TaskColumn::ALL
-                .iter()
-                .position(|&c| c == self.task_sort)
-                .unwrap_or(0) as isize;
-            self.task_sort = TaskColumn::ALL[(i + step).rem_euclid(n) as usize];
-        } else {
-            let n = LockColumn::ALL.len() as isize;
-            let i = LockColumn::ALL
-                .iter()
-                .position(|&c| c == self.lock_sort)
-                .unwrap_or(0) as isize;
-            self.lock_sort = LockColumn::ALL[(i + step).rem_euclid(n) as usize];
+        fn next<T: Copy + PartialEq>(all: &[T], cur: T, step: isize) -> T {
+            let i = all.iter().position(|&c| c == cur).unwrap_or(0) as isize;
+            all[(i + step).rem_euclid(all.len() as isize) as usize]
+        }
+        match self.mode {
+            Mode::Tasks => self.task_sort = next(&TaskColumn::ALL, self.task_sort, step),
+            Mode::UserLocks => self.user_sort = next(&UserColumn::ALL, self.user_sort, step),
+            Mode::Locks => self.lock_sort = next(&LockColumn::ALL, self.lock_sort, step),
+            _ => return,
         }
         self.reverse = false;
         self.reorder();
     }
 
     fn move_selection(&mut self, step: isize) {
-        if self.mode == Mode::Tasks {
-            let pids: Vec<u32> = self.visible_tasks().iter().map(|t| t.pid).collect();
-            let cur = self.selected_task_row().unwrap_or(0);
-            if let Some(i) = moved(cur, step, pids.len()) {
-                self.selected_task = Some(pids[i]);
+        match self.mode {
+            Mode::Tasks => {
+                let pids: Vec<u32> = self.visible_tasks().iter().map(|t| t.pid).collect();
+                let cur = self.selected_task_row().unwrap_or(0);
+                if let Some(i) = moved(cur, step, pids.len()) {
+                    self.selected_task = Some(pids[i]);
+                }
             }
-        } else {
-            self.move_lock(step);
+            Mode::UserLocks => self.move_lock(true, step),
+            Mode::Locks => self.move_lock(false, step),
+            _ => {}
         }
     }
 
-    fn move_lock(&mut self, step: isize) {
-        let keys: Vec<LockKey> = self.visible_locks().iter().map(|l| l.key.clone()).collect();
-        let cur = self.selected_lock_row().unwrap_or(0);
-        if let Some(i) = moved(cur, step, keys.len()) {
-            self.selected_lock = Some(keys[i].clone());
+    /// Move the selection among the kernel (or user-space) locks.
+    fn move_lock(&mut self, user: bool, step: isize) {
+        let (rows, cur) = if user {
+            (self.visible_user_locks(), self.selected_user_row())
+        } else {
+            (self.visible_locks(), self.selected_lock_row())
+        };
+        let keys: Vec<LockKey> = rows.iter().map(|l| l.key.clone()).collect();
+        if let Some(i) = moved(cur.unwrap_or(0), step, keys.len()) {
+            self.set_selected(user, keys[i].clone());
         }
+    }
+}
+
+/// Sort row indices by `cmp` (reversed with `rev`); ties keep their previous position,
+/// then the longest total wait, then the key.
+fn sort_rows(
+    mut rows: Vec<usize>,
+    locks: &[LockRate],
+    prev: &HashMap<LockKey, usize>,
+    rev: bool,
+    cmp: impl Fn(&LockRate, &LockRate) -> std::cmp::Ordering,
+) -> Vec<usize> {
+    rows.sort_by(|&a, &b| {
+        let (a, b) = (&locks[a], &locks[b]);
+        let primary = cmp(a, b);
+        let primary = if rev { primary.reverse() } else { primary };
+        primary
+            .then_with(|| {
+                let pa = prev.get(&a.key).copied().unwrap_or(usize::MAX);
+                let pb = prev.get(&b.key).copied().unwrap_or(usize::MAX);
+                pa.cmp(&pb)
+            })
+            .then_with(|| b.total.total_ns.cmp(&a.total.total_ns))
+            .then_with(|| a.key.cmp(&b.key))
+    });
+    rows
+}
+
+fn positions(rows: &[usize], locks: &[LockRate]) -> HashMap<LockKey, usize> {
+    rows.iter()
+        .enumerate()
+        .map(|(pos, &i)| (locks[i].key.clone(), pos))
+        .collect()
+}
+
+/// The selection stays on its lock while that is shown; else the first row.
+fn keep_selection(sel: Option<LockKey>, rows: &[usize], locks: &[LockRate]) -> Option<LockKey> {
+    match sel {
+        Some(k) if rows.iter().any(|&i| locks[i].key == k) => Some(k),
+        _ => rows.first().map(|&i| locks[i].key.clone()),
     }
 }
 
@@ -602,15 +803,40 @@ fn cmp_lock(col: LockColumn, a: &LockRate, b: &LockRate) -> std::cmp::Ordering {
             LockColumn::P99 => l.p99_ns() as f64,
             LockColumn::Max => l.max_ns() as f64,
             LockColumn::Waiters => l.waiters as f64,
-            LockColumn::Modes => l.modes.map_or(-1.0, |m| {
-                (m.steals + m.spins + m.handoffs + m.sleeps) as f64
-            }),
+            LockColumn::Modes => l.modes.map_or(-1.0, |m| m.seen() as f64),
             LockColumn::Type | LockColumn::Name => 0.0,
         }
     };
     match col {
         LockColumn::Type => a.key.lock_type.name().cmp(b.key.lock_type.name()),
         LockColumn::Name => a.name.cmp(&b.name),
+        c if c.numeric() => num(b).total_cmp(&num(a)),
+        _ => std::cmp::Ordering::Equal,
+    }
+}
+
+fn cmp_user(col: UserColumn, a: &LockRate, b: &LockRate) -> std::cmp::Ordering {
+    let num = |l: &LockRate| -> f64 {
+        let u = l.user.as_ref();
+        match col {
+            UserColumn::Contentions => l.contentions_per_s,
+            UserColumn::Wait => l.wait_ns_per_s,
+            UserColumn::Avg => l.avg_ns() as f64,
+            UserColumn::P99 => l.p99_ns() as f64,
+            UserColumn::Max => l.max_ns() as f64,
+            UserColumn::Wakes => u.map_or(0.0, |u| u.wake_calls_per_s),
+            UserColumn::Blocked => u.map_or(0.0, |u| u.blocked() as f64),
+            _ => 0.0,
+        }
+    };
+    let pid = |l: &LockRate| l.key.pid.unwrap_or(0);
+    let comm = |l: &LockRate| l.user.as_ref().map_or("", |u| u.comm.as_str()).to_owned();
+    let owner = |l: &LockRate| l.user.as_ref().and_then(|u| u.pi_owner()).map(|o| o.tid);
+    match col {
+        UserColumn::Type => a.key.lock_type.name().cmp(b.key.lock_type.name()),
+        UserColumn::Process => comm(a).cmp(&comm(b)).then_with(|| pid(a).cmp(&pid(b))),
+        UserColumn::Addr => (a.key.addr.len(), &a.key.addr).cmp(&(b.key.addr.len(), &b.key.addr)),
+        UserColumn::Owner => owner(b).cmp(&owner(a)),
         c if c.numeric() => num(b).total_cmp(&num(a)),
         _ => std::cmp::Ordering::Equal,
     }

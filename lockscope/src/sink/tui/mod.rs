@@ -3,6 +3,7 @@
 //! - `event`: the input thread (keys, resizes).
 //! - `app`: state and key handling; one [`app::Mode`] drives keys and drawing.
 //! - `ui`: draws a frame from the state (pure; tested with ratatui's `TestBackend`).
+//! - `rt`: the log of starvation episodes and latency spikes as they arrive.
 //! - `terminal`: setup and restore, also on error and panic.
 //!
 //! Figures (rates, deltas, percentiles) come from `aggregate::rates`, pure functions over
@@ -10,6 +11,7 @@
 
 pub mod app;
 pub mod event;
+pub mod rt;
 pub mod terminal;
 pub mod ui;
 
@@ -41,7 +43,7 @@ pub fn run(feed: &mut dyn Feed, interval: Duration) -> anyhow::Result<()> {
     let events = Events::start();
     let mut next_refresh = Instant::now() + interval;
     loop {
-        tui.terminal.draw(|f| ui::draw(f, &app))?;
+        tui.draw(|f| ui::draw(f, &app))?;
         match events.next_until(next_refresh) {
             Some(Event::Key(k)) => {
                 if app.handle_key(k) == Action::Quit {

@@ -1,8 +1,12 @@
 //! Terminal setup and restore: raw mode and the alternate screen on the way in; on the
 //! way out (normal exit, error, or panic) the terminal is given back as it was.
+//!
+//! Frames reach the terminal whole: they are buffered and written at once, inside a
+//! synchronized update (DEC mode 2026) for terminals that support it, so that neither
+//! a person nor a screen reader (tmux `capture-pane`) sees a half-drawn frame.
 
 use std::{
-    io::{self, Stdout},
+    io::{self, BufWriter, Stdout, Write as _},
     sync::{
         Once,
         atomic::{AtomicBool, Ordering},
@@ -10,20 +14,39 @@ use std::{
 };
 
 use ratatui::{
-    Terminal,
+    Frame, Terminal,
     backend::CrosstermBackend,
     crossterm::{
-        cursor, execute,
-        terminal::{EnterAlternateScreen, LeaveAlternateScreen, disable_raw_mode, enable_raw_mode},
+        cursor, execute, queue,
+        terminal::{
+            BeginSynchronizedUpdate, EndSynchronizedUpdate, EnterAlternateScreen,
+            LeaveAlternateScreen, disable_raw_mode, enable_raw_mode,
+        },
     },
 };
+
+/// Large enough for any frame of a big terminal: each frame is one write.
+const FRAME_BUFFER: usize = 1 << 20;
+
+type Backend = CrosstermBackend<BufWriter<Stdout>>;
 
 /// Whether the terminal is ours right now (raw mode, alternate screen).
 static ACTIVE: AtomicBool = AtomicBool::new(false);
 
 /// The live terminal. Dropping it restores the terminal.
 pub struct Tui {
-    pub terminal: Terminal<CrosstermBackend<Stdout>>,
+    pub terminal: Terminal<Backend>,
+}
+
+impl Tui {
+    /// Draw one frame, written to the terminal in one piece.
+    pub fn draw(&mut self, render: impl FnOnce(&mut Frame)) -> io::Result<()> {
+        queue!(self.terminal.backend_mut(), BeginSynchronizedUpdate)?;
+        self.terminal.draw(render)?;
+        let out = self.terminal.backend_mut();
+        queue!(out, EndSynchronizedUpdate)?;
+        out.flush()
+    }
 }
 
 /// Take over the terminal. A panic from here on restores it before the panic message is
@@ -33,9 +56,10 @@ pub fn enter() -> anyhow::Result<Tui> {
     enable_raw_mode().map_err(|e| anyhow::anyhow!("cannot use this terminal: {e}"))?;
     ACTIVE.store(true, Ordering::SeqCst);
     // From here on, any failure must give the terminal back.
-    let setup = || -> io::Result<Terminal<CrosstermBackend<Stdout>>> {
+    let setup = || -> io::Result<Terminal<Backend>> {
         execute!(io::stdout(), EnterAlternateScreen, cursor::Hide)?;
-        let mut t = Terminal::new(CrosstermBackend::new(io::stdout()))?;
+        let out = BufWriter::with_capacity(FRAME_BUFFER, io::stdout());
+        let mut t = Terminal::new(CrosstermBackend::new(out))?;
         t.clear()?;
         Ok(t)
     };

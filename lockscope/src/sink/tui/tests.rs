@@ -193,11 +193,12 @@ fn keys(app: &mut App, s: &str) {
     }
 }
 
-/// Table rows (after the 2 header lines and the column titles), first cell trimmed.
+/// Table rows (after the 2 header lines, the view tabs and the column titles), cells
+/// separated by one space.
 fn table_rows(app: &App, w: u16, h: u16) -> Vec<String> {
     lines(&render(app, w, h))
         .into_iter()
-        .skip(3)
+        .skip(4)
         .take_while(|l| !l.trim().is_empty())
         .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
         .collect()
@@ -222,9 +223,10 @@ fn table_shows_rates_of_the_last_interval() {
         rows[1],
         format!("rwsem:R {MMAP} 1.0k 2.00ms 2.00us 2.00us 2.00us 1 n/a")
     );
-    assert_eq!(rows[2], "spinlock 0x2000 500 150us 300ns 300ns 300ns 1 n/a");
+    // No acquisition modes for other lock types.
+    assert_eq!(rows[2], "spinlock 0x2000 500 150us 300ns 300ns 300ns 1 -");
     // Nothing new on rtnl_mutex: zero rates, no interval figures, max since start.
-    assert_eq!(rows[3], "mutex rtnl_mutex 0 0 - - 50.0us 0 n/a");
+    assert_eq!(rows[3], "mutex rtnl_mutex 0 0 - - 50.0us 0 -");
     assert_eq!(rows.len(), 4);
 }
 
@@ -316,7 +318,7 @@ fn filter_by_type_name_or_process() {
     assert_eq!(rows.len(), 1, "{rows:?}");
     assert!(rows[0].starts_with("spinlock 0x2000"));
     let s = screen(&app, 140, 20);
-    assert!(s.contains("locks 1/4"), "{s}");
+    assert!(s.contains("[l] kernel locks 1/4"), "{s}");
     assert!(s.contains("filter: spin"), "{s}");
 
     // By lock name, case-insensitively.
@@ -381,7 +383,18 @@ fn detail_view_shows_histogram_chart_callers_and_tasks() {
 #[test]
 fn tasks_view_and_help_overlay() {
     let mut app = scripted();
+    // Tab cycles the views: kernel locks, user locks, tasks, RT, and around.
     key(&mut app, KeyCode::Tab);
+    assert_eq!(app.mode, Mode::UserLocks);
+    key(&mut app, KeyCode::Tab);
+    assert_eq!(app.mode, Mode::Tasks);
+    key(&mut app, KeyCode::Tab);
+    assert_eq!(app.mode, Mode::Rt);
+    key(&mut app, KeyCode::Tab);
+    assert_eq!(app.mode, Mode::Locks);
+    key(&mut app, KeyCode::BackTab);
+    assert_eq!(app.mode, Mode::Rt);
+    key(&mut app, KeyCode::Char('t'));
     assert_eq!(app.mode, Mode::Tasks);
     let rows = table_rows(&app, 140, 20);
     // churn (pid 4242) waited 2 ms/s on R and 5 ms/s on W; churn2 5 ms/s.
@@ -400,7 +413,8 @@ fn tasks_view_and_help_overlay() {
     key(&mut app, KeyCode::Char('?'));
     let s = screen(&app, 100, 40);
     assert!(s.contains("sort by that column"), "{s}");
-    assert!(s.contains("needs the deep tier"), "{s}");
+    assert!(s.contains("rwsem modes in the interval"), "{s}");
+    assert!(s.contains("l u t e"), "{s}");
     key(&mut app, KeyCode::Char('x'));
     assert_eq!(app.mode, Mode::Locks);
 }
@@ -469,6 +483,23 @@ fn small_terminals_drop_columns_instead_of_panicking() {
         key(&mut app, KeyCode::Esc);
         key(&mut app, KeyCode::Tab);
         render(&app, w, h);
+        for view in ['u', 't', 'e'] {
+            key(&mut app, KeyCode::Char(view));
+            render(&app, w, h);
+        }
+        let mut app = with_futexes();
+        key(&mut app, KeyCode::Char('u'));
+        render(&app, w, h);
+        key(&mut app, KeyCode::Enter);
+        render(&app, w, h);
+        let mut app = scripted();
+        app.update(rt_recording(
+            3.0,
+            Some(vec![episode(1, 3_000_000_000)]),
+            Some(vec![spike(2)]),
+        ));
+        key(&mut app, KeyCode::Char('e'));
+        render(&app, w, h);
     }
     key(&mut app, KeyCode::Enter);
     let s = screen(&app, 40, 10);
@@ -489,4 +520,441 @@ fn number_formats() {
     assert_eq!(ui::fmt_dur(999_999.0), "1.00ms");
     assert_eq!(ui::fmt_dur(4_560_000.0), "4.56ms");
     assert_eq!(ui::fmt_dur(1.2e9), "1.20s");
+}
+
+/// A futex word of `app[pid]`: `waits` blocking waits of 20 us, `calls` wait calls
+/// (`eagain` of them returned EAGAIN), `wakes` wake calls that woke as many, `blocked`
+/// calls blocked now.
+fn futex_word(
+    pid: u32,
+    uaddr: &str,
+    waits: u64,
+    [calls, eagain, wakes]: [u64; 3],
+    blocked: u64,
+) -> LockEntry {
+    use crate::aggregate::futex::{FutexInfo, UserLock};
+    let stats = if waits > 0 {
+        wait(20_000, waits)
+    } else {
+        WaitStats::default()
+    };
+    LockEntry {
+        addr: uaddr.into(),
+        lock_type: LockType::Futex,
+        name: format!("futex {uaddr} of app[{pid}]"),
+        owner: None,
+        callers: Vec::new(),
+        tasks: vec![TaskEntry {
+            pid,
+            comm: "app".into(),
+            stats: stats.clone(),
+            events: None,
+        }],
+        stats,
+        user: Some(UserLock {
+            pid,
+            comm: "app".into(),
+            futex: FutexInfo {
+                wait_calls: calls,
+                eagain,
+                wake_calls: wakes,
+                woken: wakes,
+                in_progress: blocked,
+                calls: [
+                    ("FUTEX_WAIT".to_owned(), calls),
+                    ("FUTEX_WAKE".to_owned(), wakes),
+                ]
+                .into(),
+                ..Default::default()
+            },
+        }),
+        events: None,
+    }
+}
+
+/// The scripted kernel locks plus two futex words, one second apart: in the second
+/// interval `app[50]`'s word 0x7f00 blocked 300 times (20 us each: 6 ms/s) out of 400
+/// wait calls and saw 300 wakes, 2 calls blocked now; `app[51]`'s word at the same
+/// address blocked 10 times.
+fn with_futexes() -> App {
+    let mut app = scripted();
+    let mut a = app.current.clone().unwrap();
+    a.duration_s = 3.0;
+    a.locks
+        .push(futex_word(50, "0x7f00", 100, [150, 50, 100], 0));
+    a.locks.push(futex_word(51, "0x7f00", 0, [0, 0, 0], 0));
+    let mut b = a.clone();
+    b.duration_s = 4.0;
+    b.locks.truncate(4);
+    b.locks
+        .push(futex_word(50, "0x7f00", 400, [550, 150, 400], 2));
+    b.locks.push(futex_word(51, "0x7f00", 10, [10, 0, 10], 0));
+    app.update(a);
+    app.update(b);
+    app
+}
+
+#[test]
+fn user_lock_view_lists_futex_words_apart_from_kernel_locks() {
+    let mut app = with_futexes();
+    // The kernel view keeps its four kernel locks only.
+    let rows = table_rows(&app, 160, 20);
+    assert_eq!(rows.len(), 4, "{rows:?}");
+    assert!(rows.iter().all(|r| !r.starts_with("futex")), "{rows:?}");
+    let s = screen(&app, 160, 20);
+    assert!(
+        s.contains("[l] kernel locks 4 │ [u] user locks 2 │ [t] tasks"),
+        "{s}"
+    );
+    assert!(s.contains("[e] rt: not traced"), "{s}");
+
+    key(&mut app, KeyCode::Char('u'));
+    assert_eq!(app.mode, Mode::UserLocks);
+    let s = screen(&app, 160, 20);
+    assert!(s.contains("process"), "{s}");
+    assert!(s.contains("wake/s"), "{s}");
+    assert!(s.contains("PI owner"), "{s}");
+    let rows = table_rows(&app, 160, 20);
+    // Same address, two processes: two rows. Sorted by wait/s.
+    assert_eq!(
+        rows,
+        vec![
+            "futex app[50] 0x7f00 300 6.00ms 20.0us 20.0us 20.0us 300 2 -",
+            "futex app[51] 0x7f00 10 200us 20.0us 20.0us 20.0us 10 0 -",
+        ]
+    );
+    // 0 sorts by the tenth column (blocked now), 1-9 by the others.
+    keys(&mut app, "0");
+    assert!(screen(&app, 160, 20).contains("blocked▼"));
+    assert!(table_rows(&app, 160, 20)[0].contains("app[50]"));
+    keys(&mut app, "0");
+    assert!(table_rows(&app, 160, 20)[0].contains("app[51]"));
+    keys(&mut app, "2"); // process, ascending
+    assert!(table_rows(&app, 160, 20)[0].contains("app[50]"));
+    // The filter applies here too.
+    keys(&mut app, "/app[51");
+    key(&mut app, KeyCode::Enter);
+    assert_eq!(table_rows(&app, 160, 20).len(), 1);
+    assert!(screen(&app, 160, 20).contains("[u] user locks 1/2"));
+    key(&mut app, KeyCode::Esc);
+
+    // Enter: the detail view of a futex word: futex calls instead of kernel callers.
+    key(&mut app, KeyCode::Home);
+    key(&mut app, KeyCode::Enter);
+    let s = screen(&app, 160, 40);
+    assert!(
+        s.contains("futex at 0x7f00 in app[50]  blocked now 2"),
+        "{s}"
+    );
+    assert!(s.contains("now:   300 cont/s  wait 6.00ms/s"), "{s}");
+    assert!(
+        s.contains("futex: wait calls 400/s (EAGAIN 100/s)  wake calls 300/s woke 300/s"),
+        "{s}"
+    );
+    assert!(s.contains("futex calls"), "{s}");
+    let wait_row = s.lines().find(|l| l.contains("FUTEX_WAIT")).unwrap();
+    assert!(
+        wait_row.contains("400") && wait_row.contains("550"),
+        "{wait_row}"
+    );
+    assert!(s.contains("wait histogram"), "{s}");
+    assert!(!s.contains("top callers"), "{s}");
+    // Down: the next user lock; Esc: back to the user view on it.
+    key(&mut app, KeyCode::Down);
+    assert!(screen(&app, 160, 40).contains("in app[51]"));
+    key(&mut app, KeyCode::Esc);
+    assert_eq!(app.mode, Mode::UserLocks);
+    assert_eq!(app.selected_user_row(), Some(1));
+    // The kernel view's selection did not move.
+    assert_eq!(app.selected_lock_row(), Some(0));
+    // View keys leave a detail view for their view.
+    key(&mut app, KeyCode::Enter);
+    key(&mut app, KeyCode::Char('t'));
+    assert_eq!(app.mode, Mode::Tasks);
+    key(&mut app, KeyCode::Char('u'));
+    assert_eq!(app.selected_user_row(), Some(1));
+}
+
+#[test]
+fn user_lock_view_says_when_futexes_are_not_traced() {
+    let mut app = scripted();
+    key(&mut app, KeyCode::Char('u'));
+    let s = screen(&app, 160, 20);
+    assert!(
+        s.contains("user-space locks are not traced by this source"),
+        "{s}"
+    );
+    // Traced but quiet: said so instead.
+    let mut rec = app.current.clone().unwrap();
+    rec.duration_s = 3.0;
+    rec.futex_events = Some(Default::default());
+    app.update(rec);
+    let s = screen(&app, 160, 20);
+    assert!(s.contains("no contended user-space locks yet"), "{s}");
+}
+
+#[test]
+fn tasks_view_covers_futex_waiters_and_leads_to_their_view() {
+    let mut app = with_futexes();
+    key(&mut app, KeyCode::Char('t'));
+    let rows = table_rows(&app, 160, 20);
+    // app[50] waited 6 ms/s, more than anyone: first, its top lock its futex word.
+    assert!(
+        rows[0].starts_with("50 app 300 6.00ms 20.0us 1 futex 0x7f00 of app[50] (futex)"),
+        "{rows:?}"
+    );
+    key(&mut app, KeyCode::Home);
+    key(&mut app, KeyCode::Enter);
+    assert_eq!(app.mode, Mode::UserLocks);
+    assert_eq!(app.filter, "app");
+    // A kernel waiter leads to the kernel view.
+    keys(&mut app, "t");
+    key(&mut app, KeyCode::Esc);
+    let pos = app
+        .visible_tasks()
+        .iter()
+        .position(|t| t.pid == 4242)
+        .unwrap();
+    key(&mut app, KeyCode::Home);
+    for _ in 0..pos {
+        key(&mut app, KeyCode::Down);
+    }
+    key(&mut app, KeyCode::Enter);
+    assert_eq!(app.mode, Mode::Locks);
+    assert_eq!(app.filter, "churn");
+}
+
+fn task(pid: u32, tid: u32, comm: &str) -> crate::aggregate::rt::TaskRef {
+    crate::aggregate::rt::TaskRef {
+        pid,
+        tid: Some(tid),
+        comm: comm.into(),
+        stack: Vec::new(),
+    }
+}
+
+fn episode(n: u32, ts_ns: u64) -> crate::aggregate::rt::StarvationEpisode {
+    use crate::aggregate::rt::{Acquirer, EpisodeKind, StarvationEpisode};
+    StarvationEpisode {
+        kind: EpisodeKind::Starvation,
+        ts_ns,
+        cpu: 1,
+        lock: format!("pi_lock of stress-ng[{n}]"),
+        addr: format!("0xffff88800000{n:04x}"),
+        waiter: task(100 + n, 100 + n, "cyclictest"),
+        wait_ns: 250_000 * u64::from(n),
+        foreign_acquisitions: 40,
+        acquirers: vec![Acquirer {
+            cpu: 0,
+            task: task(200, 201, "stress-ng"),
+            count: 40,
+        }],
+        irqs_off: None,
+        probable: true,
+        tier: "tracepoint".into(),
+    }
+}
+
+fn spike(n: u32) -> crate::aggregate::rt::LatencySpike {
+    use crate::aggregate::rt::{LatencySpike, Overlap, SpikeSource};
+    LatencySpike {
+        cpu: 1,
+        ts_ns: 1_000_000_000 * u64::from(n),
+        latency_ns: 100_000 * u64::from(n),
+        source: SpikeSource::Lockscope,
+        task: task(300, 300 + n, "cyclictest"),
+        overlaps: vec![Overlap {
+            lock: "pi_lock of stress-ng[1]".into(),
+            addr: None,
+            kind: "probable-starvation".into(),
+            task: None,
+            overlap_ns: 90_000,
+        }],
+        explained: n.is_multiple_of(2),
+    }
+}
+
+fn rt_recording(
+    duration_s: f64,
+    episodes: Option<Vec<crate::aggregate::rt::StarvationEpisode>>,
+    spikes: Option<Vec<crate::aggregate::rt::LatencySpike>>,
+) -> Recording {
+    let mut r = recording(duration_s, 0, Vec::new());
+    r.starvation_episodes = episodes;
+    r.latency_spikes = spikes;
+    r
+}
+
+#[test]
+fn rt_view_lists_episodes_and_spikes_as_they_arrive() {
+    let mut app = App::new(SourceInfo {
+        description: "standalone".into(),
+        interval: Duration::from_secs(1),
+    });
+    // A source without the RT probes: said so, never "none".
+    app.update(rt_recording(1.0, None, None));
+    key(&mut app, KeyCode::Char('e'));
+    assert_eq!(app.mode, Mode::Rt);
+    let s = screen(&app, 160, 30);
+    assert!(s.contains("starvation episodes: not traced"), "{s}");
+    assert!(s.contains("latency spikes: not traced"), "{s}");
+    assert!(s.contains("[e] rt: not traced"), "{s}");
+    assert!(!s.contains("none yet"), "{s}");
+
+    // Traced, nothing yet.
+    app.update(rt_recording(2.0, Some(vec![]), Some(vec![])));
+    let s = screen(&app, 160, 30);
+    assert!(s.contains("starvation episodes: 0"), "{s}");
+    assert_eq!(s.matches("none yet").count(), 2, "{s}");
+    assert!(s.contains("[e] rt: 0 episodes, 0 spikes"), "{s}");
+
+    // One episode and one spike arrive: listed and marked new.
+    let e1 = episode(1, 1_500_000_000);
+    app.update(rt_recording(
+        3.0,
+        Some(vec![e1.clone()]),
+        Some(vec![spike(1)]),
+    ));
+    let s = screen(&app, 160, 30);
+    assert!(
+        s.contains("starvation episodes: 1, newest first, 1 new (*)"),
+        "{s}"
+    );
+    assert!(s.contains("+2 new"), "{s}");
+    let row = s
+        .lines()
+        .find(|l| l.contains("pi_lock of stress-ng[1]") && l.contains("starvation?"))
+        .unwrap_or_else(|| panic!("{s}"));
+    for cell in [
+        "*",
+        "1.500000",
+        "cyclictest[101]",
+        "250us",
+        "40",
+        "stress-ng[200/201] cpu0 x40",
+    ] {
+        assert!(row.contains(cell), "{cell}: {row}");
+    }
+    let row = s
+        .lines()
+        .find(|l| l.contains("cyclictest[300/301]"))
+        .unwrap_or_else(|| panic!("{s}"));
+    for cell in [
+        "*",
+        "1.000000",
+        "100us",
+        "lockscope",
+        "no",
+        "pi_lock of stress-ng[1] probable-starvation 90.0us",
+    ] {
+        assert!(row.contains(cell), "{cell}: {row}");
+    }
+
+    // The next snapshot repeats them (recordings are cumulative) and adds newer ones:
+    // no duplicates, newest first, only the new ones marked.
+    let mut e1_done = e1.clone();
+    e1_done.foreign_acquisitions = 41;
+    app.update(rt_recording(
+        4.0,
+        Some(vec![e1_done, episode(2, 3_000_000_000)]),
+        Some(vec![spike(1), spike(3), spike(2)]),
+    ));
+    assert_eq!(app.rt.episodes.len(), 2);
+    assert_eq!(app.rt.spikes.len(), 3);
+    assert_eq!((app.rt.new_episodes, app.rt.new_spikes), (1, 2));
+    let s = screen(&app, 160, 30);
+    assert!(s.contains("[e] rt: 2 episodes, 3 spikes"), "{s}");
+    let lines: Vec<&str> = s.lines().collect();
+    let at = |needle: &str| {
+        lines
+            .iter()
+            .position(|l| l.contains(needle))
+            .unwrap_or_else(|| {
+                panic!(
+                    "{needle}
+{s}"
+                )
+            })
+    };
+    assert!(
+        at("stress-ng[2]") < at("stress-ng[1]  "),
+        "episodes newest first:
+{s}"
+    );
+    assert!(at("cyclictest[300/303]") < at("cyclictest[300/302]"));
+    assert!(at("cyclictest[300/302]") < at("cyclictest[300/301]"));
+    assert!(lines[at("stress-ng[2]")].contains('*'));
+    assert!(!lines[at("cyclictest[300/301]")].contains('*'), "{s}");
+    // Seen again: updated in place, still once.
+    assert_eq!(app.rt.episodes[1].item.foreign_acquisitions, 41);
+    assert_eq!(app.rt.episodes[1].refresh, 3);
+
+    // The filter narrows both lists.
+    keys(&mut app, "/stress-ng[2]");
+    key(&mut app, KeyCode::Enter);
+    let s = screen(&app, 160, 30);
+    assert!(s.contains("starvation episodes: 1/2"), "{s}");
+    assert!(s.contains("latency spikes: 0/3"), "{s}");
+    assert!(s.contains("none match the filter"), "{s}");
+}
+
+#[test]
+fn rt_log_keeps_a_bounded_number_and_counts_the_rest() {
+    use super::rt::{KEEP, RtLog};
+    let mut log = RtLog::default();
+    let many: Vec<_> = (0..KEEP as u64 + 7).map(|i| episode(1, i)).collect();
+    log.update(&rt_recording(1.0, Some(many.clone()), None), 1);
+    assert_eq!(log.episodes.len(), KEEP);
+    assert_eq!(log.episodes_dropped, 7);
+    assert_eq!(log.episodes[0].item.ts_ns, KEEP as u64 + 6);
+    // The dropped ones do not come back as new.
+    log.update(&rt_recording(2.0, Some(many), None), 2);
+    assert_eq!(log.new_episodes, 0);
+    assert_eq!(log.episodes_dropped, 7);
+    assert!(!log.spikes_traced);
+}
+
+#[test]
+fn rwsem_acquisition_modes_show_where_known() {
+    use crate::aggregate::rwsem::{EventKind, RwsemEventsSummary};
+    let mut app = scripted();
+    let mut rec = app.current.clone().unwrap();
+    rec.duration_s = 3.0;
+    // The read side's events: steals n/a, 4 handoffs (estimated) since the last refresh.
+    rec.locks[0].events = Some(
+        [
+            ("rlock_steal".to_owned(), None),
+            ("rlock_handoff".to_owned(), Some(4)),
+            ("sleep_reader".to_owned(), None),
+        ]
+        .into(),
+    );
+    rec.rwsem_events = Some(RwsemEventsSummary {
+        tier: "tracepoint".into(),
+        hooks: Default::default(),
+        kinds: [("rlock_handoff".to_owned(), EventKind::Estimate)].into(),
+        note: None,
+        system: Default::default(),
+        lost: Default::default(),
+    });
+    app.update(rec);
+    let rows = table_rows(&app, 160, 20);
+    let read = rows
+        .iter()
+        .find(|r| r.starts_with("rwsem:R"))
+        .unwrap_or_else(|| panic!("{rows:?}"));
+    assert!(read.ends_with(" n/a/-/4~/n/a"), "{read}");
+    // The write side has no events in this recording: n/a.
+    let write = rows.iter().find(|r| r.starts_with("rwsem:W")).unwrap();
+    assert!(write.ends_with(" n/a"), "{write}");
+    // Sorting by modes puts the one with events first.
+    keys(&mut app, "9");
+    assert!(table_rows(&app, 160, 20)[0].starts_with("rwsem:R"));
+    key(&mut app, KeyCode::Home);
+    key(&mut app, KeyCode::Enter);
+    let s = screen(&app, 160, 40);
+    assert!(
+        s.contains("acquire modes (last interval): steals n/a  spins -  handoffs 4~  sleeps n/a"),
+        "{s}"
+    );
 }

@@ -14,10 +14,14 @@ use ratatui::{
     },
 };
 
-use super::app::{App, HistScope, LockColumn, Mode, TaskColumn};
+use super::{
+    app::{App, HistScope, LockColumn, Mode, TaskColumn, UserColumn, VIEWS},
+    rt::Seen,
+};
 use crate::aggregate::{
     WaitStats,
     rates::{LockRate, TaskRate},
+    rt::{EpisodeKind, LatencySpike, StarvationEpisode, TaskRef},
 };
 
 const HEADER_STYLE: Style = Style::new().add_modifier(Modifier::BOLD);
@@ -28,15 +32,19 @@ const ALERT: Style = Style::new()
     .add_modifier(Modifier::REVERSED);
 
 pub fn draw(frame: &mut Frame, app: &App) {
-    let [header, body, footer] = Layout::vertical([
+    let [header, tabs, body, footer] = Layout::vertical([
         Constraint::Length(2),
+        Constraint::Length(1),
         Constraint::Min(0),
         Constraint::Length(1),
     ])
     .areas(frame.area());
     draw_header(frame, app, header);
+    draw_tabs(frame, app, tabs);
     match app.mode.view() {
         Mode::Tasks => draw_tasks(frame, app, body),
+        Mode::UserLocks => draw_user_locks(frame, app, body),
+        Mode::Rt => draw_rt(frame, app, body),
         Mode::Detail(key) => match app.lock(key) {
             Some(l) => draw_detail(frame, app, l, body),
             None => frame.render_widget(
@@ -80,13 +88,6 @@ fn draw_header(frame: &mut Frame, app: &App, area: Rect) {
         } else {
             Span::raw(lost)
         });
-        second.push(Span::raw(format!(
-            "  locks {}/{}  tasks {}/{}",
-            app.lock_rows.len(),
-            r.locks.len(),
-            app.task_rows.len(),
-            r.tasks.len()
-        )));
         if r.since_start {
             second.push(Span::raw("  (rates since start)"));
         }
@@ -107,6 +108,70 @@ fn draw_header(frame: &mut Frame, app: &App, area: Rect) {
     );
 }
 
+/// One tab per view, the current one highlighted, each with its row count
+/// (`shown/all` while a filter hides some).
+fn draw_tabs(frame: &mut Frame, app: &App, area: Rect) {
+    let count = |shown: usize, all: usize| {
+        if shown == all {
+            all.to_string()
+        } else {
+            format!("{shown}/{all}")
+        }
+    };
+    let (kernel, user, tasks) = match &app.rates {
+        Some(r) => {
+            let users = r.locks.iter().filter(|l| l.key.is_user()).count();
+            (
+                count(app.lock_rows.len(), r.locks.len() - users),
+                count(app.user_rows.len(), users),
+                count(app.task_rows.len(), r.tasks.len()),
+            )
+        }
+        None => ("-".into(), "-".into(), "-".into()),
+    };
+    let rt = &app.rt;
+    let rt_label = match (rt.episodes_traced, rt.spikes_traced) {
+        (false, false) => "rt: not traced".to_owned(),
+        _ => format!(
+            "rt: {} episodes, {} spikes",
+            if rt.episodes_traced {
+                rt.episodes.len().to_string()
+            } else {
+                "n/a".into()
+            },
+            if rt.spikes_traced {
+                rt.spikes.len().to_string()
+            } else {
+                "n/a".into()
+            }
+        ),
+    };
+    let labels = [
+        format!("[l] kernel locks {kernel}"),
+        format!("[u] user locks {user}"),
+        format!("[t] tasks {tasks}"),
+        format!("[e] {rt_label}"),
+    ];
+    let current = app.mode.view();
+    let mut spans = Vec::new();
+    for (view, label) in VIEWS.iter().zip(labels) {
+        if !spans.is_empty() {
+            spans.push(Span::raw(" │ ").dim());
+        }
+        spans.push(if view == current {
+            Span::styled(label, SELECTED.add_modifier(Modifier::BOLD))
+        } else {
+            Span::raw(label)
+        });
+    }
+    let fresh = rt.new_episodes + rt.new_spikes;
+    if fresh > 0 {
+        spans.push(Span::raw(" "));
+        spans.push(Span::styled(format!("+{fresh} new"), ALERT));
+    }
+    frame.render_widget(Paragraph::new(Line::from(spans)), area);
+}
+
 fn draw_footer(frame: &mut Frame, app: &App, area: Rect) {
     let line = if let Mode::Filter(_) = app.mode {
         Line::from(vec![
@@ -118,12 +183,18 @@ fn draw_footer(frame: &mut Frame, app: &App, area: Rect) {
     } else {
         let keys = match app.mode.view() {
             Mode::Detail(_) => {
-                "Esc back  Up/Down other lock  h histogram scope  p pause  ? help  q quit"
+                "Esc back  Up/Down other lock  h histogram scope  l u t e views  p pause  ? help  q quit"
             }
             Mode::Tasks => {
-                "Tab locks  Enter its locks  1-7 sort  r reverse  / filter  p pause  ? help  q quit"
+                "Tab next view  Enter its locks  1-7 sort  r reverse  / filter  p pause  ? help  q quit"
             }
-            _ => "Enter detail  Tab tasks  1-9 sort  r reverse  / filter  p pause  ? help  q quit",
+            Mode::UserLocks => {
+                "Tab next view  Enter detail  1-9,0 sort  r reverse  / filter  p pause  ? help  q quit"
+            }
+            Mode::Rt => "Tab next view  l u t e views  / filter  p pause  ? help  q quit",
+            _ => {
+                "Tab next view  Enter detail  1-9 sort  r reverse  / filter  p pause  ? help  q quit"
+            }
         };
         Line::from(Span::raw(keys).dim())
     };
@@ -137,7 +208,7 @@ fn lock_width(c: LockColumn) -> u16 {
         LockColumn::Name => 12,
         LockColumn::Contentions | LockColumn::Wait => 8,
         LockColumn::Avg | LockColumn::P99 | LockColumn::Max => 9,
-        LockColumn::Waiters => 7,
+        LockColumn::Waiters => 8,
         LockColumn::Modes => 24,
     }
 }
@@ -154,11 +225,22 @@ const LOCK_DROP_ORDER: [LockColumn; 6] = [
 
 /// The lock columns that fit in `width`, in screen order.
 pub fn fit_lock_columns(width: u16) -> Vec<LockColumn> {
-    let mut cols = LockColumn::ALL.to_vec();
-    let need = |cols: &[LockColumn]| -> u32 {
-        cols.iter().map(|&c| u32::from(lock_width(c))).sum::<u32>() + cols.len() as u32 - 1
+    fit_columns(&LockColumn::ALL, lock_width, &LOCK_DROP_ORDER, width)
+}
+
+/// The columns of `all` that fit in `width` (one space between columns), dropping
+/// columns in `drop_order` until they do; the others always stay.
+fn fit_columns<C: Copy + PartialEq>(
+    all: &[C],
+    col_width: impl Fn(C) -> u16,
+    drop_order: &[C],
+    width: u16,
+) -> Vec<C> {
+    let mut cols = all.to_vec();
+    let need = |cols: &[C]| -> u32 {
+        cols.iter().map(|&c| u32::from(col_width(c))).sum::<u32>() + cols.len() as u32 - 1
     };
-    for drop in LOCK_DROP_ORDER {
+    for &drop in drop_order {
         if need(&cols) <= u32::from(width) {
             break;
         }
@@ -236,7 +318,8 @@ fn lock_cell(l: &LockRate, c: LockColumn) -> Cell<'static> {
         LockColumn::Waiters => right(l.waiters.to_string()),
         LockColumn::Modes => Cell::from(match l.modes {
             Some(m) => format!("{}/{}/{}/{}", m.steals, m.spins, m.handoffs, m.sleeps),
-            None => "n/a".to_owned(),
+            None if l.key.lock_type.name().starts_with("rwsem") => "n/a".to_owned(),
+            None => "-".to_owned(),
         }),
     }
 }
@@ -252,22 +335,134 @@ fn task_width(c: TaskColumn) -> u16 {
 }
 
 fn fit_task_columns(width: u16) -> Vec<TaskColumn> {
-    let mut cols = TaskColumn::ALL.to_vec();
-    let need = |cols: &[TaskColumn]| -> u32 {
-        cols.iter().map(|&c| u32::from(task_width(c))).sum::<u32>() + cols.len() as u32 - 1
-    };
-    for drop in [
-        TaskColumn::TopLock,
-        TaskColumn::Locks,
-        TaskColumn::Avg,
-        TaskColumn::Pid,
-    ] {
-        if need(&cols) <= u32::from(width) {
-            break;
-        }
-        cols.retain(|&c| c != drop);
+    fit_columns(
+        &TaskColumn::ALL,
+        task_width,
+        &[
+            TaskColumn::TopLock,
+            TaskColumn::Locks,
+            TaskColumn::Avg,
+            TaskColumn::Pid,
+        ],
+        width,
+    )
+}
+
+fn user_width(c: UserColumn) -> u16 {
+    match c {
+        UserColumn::Type => 14,
+        UserColumn::Process => 18,
+        UserColumn::Addr => 14,
+        UserColumn::Contentions | UserColumn::Wait | UserColumn::Wakes => 8,
+        UserColumn::Avg | UserColumn::P99 | UserColumn::Max => 9,
+        UserColumn::Blocked => 8,
+        UserColumn::Owner => 16,
     }
-    cols
+}
+
+/// The user-space lock columns that fit in `width`, in screen order.
+pub fn fit_user_columns(width: u16) -> Vec<UserColumn> {
+    fit_columns(
+        &UserColumn::ALL,
+        user_width,
+        &[
+            UserColumn::Owner,
+            UserColumn::Max,
+            UserColumn::Avg,
+            UserColumn::Blocked,
+            UserColumn::Type,
+            UserColumn::P99,
+            UserColumn::Addr,
+            UserColumn::Wakes,
+        ],
+        width,
+    )
+}
+
+fn draw_user_locks(frame: &mut Frame, app: &App, area: Rect) {
+    let cols = fit_user_columns(area.width);
+    let header = Row::new(cols.iter().map(|&c| {
+        let t = sort_title(c.title(), c == app.user_sort, app.reverse);
+        if matches!(
+            c,
+            UserColumn::Type | UserColumn::Process | UserColumn::Addr | UserColumn::Owner
+        ) {
+            Cell::from(t)
+        } else {
+            Cell::from(Line::from(t).right_aligned())
+        }
+    }))
+    .style(HEADER_STYLE);
+    let rows: Vec<Row> = app
+        .visible_user_locks()
+        .into_iter()
+        .map(|l| Row::new(cols.iter().map(|&c| user_cell(l, c))))
+        .collect();
+    let empty = rows.is_empty();
+    let widths = cols.iter().map(|&c| match c {
+        UserColumn::Process => Constraint::Min(user_width(c)),
+        c => Constraint::Length(user_width(c)),
+    });
+    let table = Table::new(rows, widths)
+        .header(header)
+        .row_highlight_style(SELECTED);
+    let mut state = TableState::default().with_selected(app.selected_user_row());
+    frame.render_stateful_widget(table, area, &mut state);
+    if empty {
+        let traced = app
+            .current
+            .as_ref()
+            .is_some_and(|r| r.futex_events.is_some() || r.locks.iter().any(|l| l.user.is_some()));
+        if traced || !app.filter.is_empty() {
+            draw_empty(frame, app, area, "no contended user-space locks");
+        } else {
+            let area = Rect {
+                y: area.y.saturating_add(1),
+                height: area.height.saturating_sub(1),
+                ..area
+            };
+            frame.render_widget(
+                Paragraph::new(
+                    "user-space locks are not traced by this source (futex probes not attached)",
+                )
+                .dim(),
+                area,
+            );
+        }
+    }
+}
+
+fn user_cell(l: &LockRate, c: UserColumn) -> Cell<'static> {
+    let idle = l.interval.count == 0;
+    let right = |s: String| Cell::from(Line::from(s).right_aligned());
+    let u = l.user.as_ref();
+    match c {
+        UserColumn::Type => Cell::from(l.key.lock_type.name()),
+        UserColumn::Process => Cell::from(match u {
+            Some(u) => format!("{}[{}]", u.comm, u.pid),
+            None => l.key.pid.map(|p| format!("[{p}]")).unwrap_or_default(),
+        }),
+        UserColumn::Addr => Cell::from(l.key.addr.clone()),
+        UserColumn::Contentions => right(fmt_rate(l.contentions_per_s)),
+        UserColumn::Wait => right(fmt_dur(l.wait_ns_per_s)),
+        UserColumn::Avg | UserColumn::P99 if idle => right("-".into()),
+        UserColumn::Avg => right(fmt_dur(l.avg_ns() as f64)),
+        UserColumn::P99 => right(fmt_dur(l.p99_ns() as f64)),
+        UserColumn::Max => right(fmt_dur(l.max_ns() as f64)),
+        UserColumn::Wakes => right(u.map_or("-".into(), |u| fmt_rate(u.wake_calls_per_s))),
+        UserColumn::Blocked => right(u.map_or("-".into(), |u| u.blocked().to_string())),
+        UserColumn::Owner => Cell::from(
+            u.and_then(|u| u.pi_owner())
+                .map(|o| {
+                    if o.comm.is_empty() {
+                        format!("tid {}", o.tid)
+                    } else {
+                        format!("{}[{}]", o.comm, o.tid)
+                    }
+                })
+                .unwrap_or_else(|| "-".into()),
+        ),
+    }
 }
 
 fn draw_tasks(frame: &mut Frame, app: &App, area: Rect) {
@@ -319,23 +514,57 @@ fn draw_detail(frame: &mut Frame, app: &App, l: &LockRate, area: Rect) {
     .areas(area);
 
     let t = &l.total;
-    let modes = match l.modes {
-        Some(m) => format!(
-            "steals {}  spins {}  handoffs {}  sleeps {}",
+    let first = match &l.user {
+        Some(u) => format!(
+            "{} at {} in {}[{}]  blocked now {}",
+            l.key.lock_type,
+            l.key.addr,
+            u.comm,
+            u.pid,
+            u.blocked()
+        ),
+        None => {
+            let owner = l
+                .owner_comm
+                .as_ref()
+                .map(|c| format!("  owner {c}"))
+                .unwrap_or_default();
+            format!(
+                "{} at {}{}  waiters now {}",
+                l.key.lock_type, l.key.addr, owner, l.waiters
+            )
+        }
+    };
+    let last = match (&l.user, l.modes) {
+        (Some(u), _) => {
+            let i = &u.interval;
+            let owner = u
+                .pi_owner()
+                .map(|o| format!("  PI owner {}[{}]", o.comm, o.tid))
+                .unwrap_or_default();
+            format!(
+                "futex: wait calls {}/s (EAGAIN {}/s)  wake calls {}/s woke {}/s  \
+                 timeouts {}  interrupted {}  errors {}{owner}",
+                fmt_rate(u.wait_calls_per_s),
+                fmt_rate(u.eagain_per_s),
+                fmt_rate(u.wake_calls_per_s),
+                fmt_rate(u.woken_per_s),
+                i.timeouts,
+                i.interrupted,
+                i.errors,
+            )
+        }
+        (None, Some(m)) => format!(
+            "acquire modes (last interval): steals {}  spins {}  handoffs {}  sleeps {}  \
+             (n/a: needs the deep tier, ~: estimate, -: not on this side)",
             m.steals, m.spins, m.handoffs, m.sleeps
         ),
-        None => "n/a (the tracepoint tier cannot see rwsem acquisition modes)".to_owned(),
+        (None, None) => {
+            "acquire modes: n/a (the tracepoint tier cannot see rwsem acquisition modes)".to_owned()
+        }
     };
-    let owner = l
-        .owner_comm
-        .as_ref()
-        .map(|c| format!("  owner {c}"))
-        .unwrap_or_default();
     let text = vec![
-        Line::from(format!(
-            "{} at {}{}  waiters now {}",
-            l.key.lock_type, l.key.addr, owner, l.waiters
-        )),
+        Line::from(first),
         Line::from(format!(
             "now:   {} cont/s  wait {}/s  avg {}  p99~ {}",
             fmt_rate(l.contentions_per_s),
@@ -354,7 +583,7 @@ fn draw_detail(frame: &mut Frame, app: &App, l: &LockRate, area: Rect) {
             fmt_dur(t.percentile_ns(50.0) as f64),
             fmt_dur(t.percentile_ns(99.0) as f64),
         )),
-        Line::from(format!("acquire modes: {modes}")),
+        Line::from(last),
     ];
     frame.render_widget(
         Paragraph::new(text)
@@ -378,6 +607,66 @@ fn draw_detail(frame: &mut Frame, app: &App, l: &LockRate, area: Rect) {
 
     let [callers_area, tasks_area] =
         Layout::horizontal([Constraint::Fill(3), Constraint::Fill(2)]).areas(lists);
+    match &l.user {
+        Some(u) => {
+            // User-space locks have no kernel callers: their futex calls instead.
+            let secs = app.rates.as_ref().map_or(0.0, |r| r.interval_s);
+            let calls: Vec<Row> = u
+                .total
+                .calls
+                .iter()
+                .map(|(cmd, &total)| {
+                    let now = u.interval.calls.get(cmd).copied().unwrap_or(0);
+                    Row::new([
+                        Cell::from(cmd.clone()),
+                        Cell::from(fmt_rate(crate::aggregate::rates::per_second(now, secs))),
+                        Cell::from(total.to_string()),
+                    ])
+                })
+                .collect();
+            frame.render_widget(
+                Table::new(
+                    calls,
+                    [
+                        Constraint::Min(12),
+                        Constraint::Length(8),
+                        Constraint::Length(10),
+                    ],
+                )
+                .header(Row::new(["futex call", "calls/s", "total"]).style(HEADER_STYLE))
+                .block(Block::bordered().title("futex calls")),
+                callers_area,
+            );
+        }
+        None => draw_callers(frame, l, callers_area),
+    }
+    let tasks: Vec<Row> = l
+        .tasks
+        .iter()
+        .map(|t| {
+            Row::new([
+                Cell::from(format!("{}[{}]", t.comm, t.pid)),
+                Cell::from(fmt_rate(t.contentions_per_s)),
+                Cell::from(fmt_dur(t.wait_ns_per_s)),
+            ])
+        })
+        .collect();
+    frame.render_widget(
+        Table::new(
+            tasks,
+            [
+                Constraint::Min(10),
+                Constraint::Length(8),
+                Constraint::Length(8),
+            ],
+        )
+        .header(Row::new(["process", "cont/s", "wait/s"]).style(HEADER_STYLE))
+        .block(Block::bordered().title("top waiting processes")),
+        tasks_area,
+    );
+}
+
+fn draw_callers(frame: &mut Frame, l: &LockRate, area: Rect) {
     let callers: Vec<Row> = l
         .callers
         .iter()
@@ -402,31 +691,7 @@ fn draw_detail(frame: &mut Frame, app: &App, l: &LockRate, area: Rect) {
         )
         .header(Row::new(["caller", "cont/s", "wait/s", "total"]).style(HEADER_STYLE))
         .block(Block::bordered().title("top callers")),
-        callers_area,
-    );
-    let tasks: Vec<Row> = l
-        .tasks
-        .iter()
-        .map(|t| {
-            Row::new([
-                Cell::from(format!("{}[{}]", t.comm, t.pid)),
-                Cell::from(fmt_rate(t.contentions_per_s)),
-                Cell::from(fmt_dur(t.wait_ns_per_s)),
-            ])
-        })
-        .collect();
-    frame.render_widget(
-        Table::new(
-            tasks,
-            [
-                Constraint::Min(10),
-                Constraint::Length(8),
-                Constraint::Length(8),
-            ],
-        )
-        .header(Row::new(["process", "cont/s", "wait/s"]).style(HEADER_STYLE))
-        .block(Block::bordered().title("top waiting processes")),
-        tasks_area,
+        area,
     );
 }
 
@@ -508,9 +773,235 @@ fn draw_wait_chart(frame: &mut Frame, app: &App, l: &LockRate, area: Rect) {
     frame.render_widget(chart, area);
 }
 
+/// `comm[pid]`, or `comm[pid/tid]` when the thread is not the process itself.
+fn task_name(t: &TaskRef) -> String {
+    match t.tid {
+        Some(tid) if tid != t.pid => format!("{}[{}/{}]", t.comm, t.pid, tid),
+        _ => format!("{}[{}]", t.comm, t.pid),
+    }
+}
+
+/// Kernel monotonic nanoseconds as seconds, like trace timestamps: `12345.678901`.
+fn fmt_mono(ns: u64) -> String {
+    format!("{}.{:06}", ns / 1_000_000_000, (ns % 1_000_000_000) / 1_000)
+}
+
+/// Starvation episodes above, latency spikes below, newest first; ones that arrived with
+/// the latest refresh are marked `*`.
+fn draw_rt(frame: &mut Frame, app: &App, area: Rect) {
+    let [top, bottom] = Layout::vertical([Constraint::Fill(1), Constraint::Fill(1)]).areas(area);
+    let f = app.filter.to_lowercase();
+    let has = |s: &str| f.is_empty() || s.to_lowercase().contains(&f);
+    let rt = &app.rt;
+    let new = |refresh: u64| if refresh == app.refreshes { "*" } else { "" };
+
+    let episodes: Vec<&Seen<StarvationEpisode>> = rt
+        .episodes
+        .iter()
+        .filter(|e| {
+            let e = &e.item;
+            has(&e.lock) || has(&e.addr) || has(&e.waiter.comm)
+        })
+        .collect();
+    let title = rt_title(
+        "starvation episodes",
+        rt.episodes_traced,
+        episodes.len(),
+        rt.episodes.len(),
+        rt.new_episodes,
+        rt.episodes_dropped,
+    );
+    let block = Block::bordered().title(title);
+    if !rt.episodes_traced {
+        frame.render_widget(
+            Paragraph::new("not traced: this source records no starvation episodes")
+                .dim()
+                .block(block),
+            top,
+        );
+    } else if episodes.is_empty() {
+        frame.render_widget(Paragraph::new(empty_rt(app)).dim().block(block), top);
+    } else {
+        let rows = episodes.iter().map(|s| {
+            let e = &s.item;
+            let kind = match (e.kind, e.probable) {
+                (EpisodeKind::Starvation, false) => "starvation",
+                (EpisodeKind::Starvation, true) => "starvation?",
+                (EpisodeKind::LongHold, false) => "long-hold",
+                (EpisodeKind::LongHold, true) => "long-hold?",
+            };
+            let top_acq = e
+                .acquirers
+                .first()
+                .map(|a| format!("{} cpu{} x{}", task_name(&a.task), a.cpu, a.count))
+                .unwrap_or_else(|| "-".into());
+            Row::new([
+                Cell::from(new(s.refresh)),
+                Cell::from(fmt_mono(e.ts_ns)),
+                Cell::from(kind),
+                Cell::from(e.lock.clone()),
+                Cell::from(task_name(&e.waiter)),
+                Cell::from(e.cpu.to_string()),
+                Cell::from(Line::from(fmt_dur(e.wait_ns as f64)).right_aligned()),
+                Cell::from(Line::from(e.foreign_acquisitions.to_string()).right_aligned()),
+                Cell::from(top_acq),
+            ])
+        });
+        frame.render_widget(
+            Table::new(
+                rows,
+                [
+                    Constraint::Length(1),
+                    Constraint::Length(15),
+                    Constraint::Length(11),
+                    Constraint::Min(12),
+                    Constraint::Length(20),
+                    Constraint::Length(3),
+                    Constraint::Length(8),
+                    Constraint::Length(7),
+                    Constraint::Length(28),
+                ],
+            )
+            .header(
+                Row::new([
+                    "",
+                    "time (s)",
+                    "kind",
+                    "lock",
+                    "waiter",
+                    "cpu",
+                    "wait",
+                    "foreign",
+                    "top other acquirer",
+                ])
+                .style(HEADER_STYLE),
+            )
+            .block(block),
+            top,
+        );
+    }
+
+    let spikes: Vec<&Seen<LatencySpike>> = rt
+        .spikes
+        .iter()
+        .filter(|s| {
+            let s = &s.item;
+            has(&s.task.comm) || s.overlaps.iter().any(|o| has(&o.lock))
+        })
+        .collect();
+    let title = rt_title(
+        "latency spikes",
+        rt.spikes_traced,
+        spikes.len(),
+        rt.spikes.len(),
+        rt.new_spikes,
+        rt.spikes_dropped,
+    );
+    let block = Block::bordered().title(title);
+    if !rt.spikes_traced {
+        frame.render_widget(
+            Paragraph::new("not traced: this source records no latency spikes")
+                .dim()
+                .block(block),
+            bottom,
+        );
+    } else if spikes.is_empty() {
+        frame.render_widget(Paragraph::new(empty_rt(app)).dim().block(block), bottom);
+    } else {
+        let rows = spikes.iter().map(|s| {
+            let p = &s.item;
+            let overlap = p
+                .overlaps
+                .first()
+                .map(|o| format!("{} {} {}", o.lock, o.kind, fmt_dur(o.overlap_ns as f64)))
+                .unwrap_or_else(|| "none".into());
+            let source = match p.source {
+                crate::aggregate::rt::SpikeSource::Lockscope => "lockscope",
+                crate::aggregate::rt::SpikeSource::Cyclictest => "cyclictest",
+            };
+            Row::new([
+                Cell::from(new(s.refresh)),
+                Cell::from(fmt_mono(p.ts_ns)),
+                Cell::from(p.cpu.to_string()),
+                Cell::from(task_name(&p.task)),
+                Cell::from(Line::from(fmt_dur(p.latency_ns as f64)).right_aligned()),
+                Cell::from(source),
+                Cell::from(if p.explained { "yes" } else { "no" }),
+                Cell::from(overlap),
+            ])
+        });
+        frame.render_widget(
+            Table::new(
+                rows,
+                [
+                    Constraint::Length(1),
+                    Constraint::Length(15),
+                    Constraint::Length(3),
+                    Constraint::Length(20),
+                    Constraint::Length(8),
+                    Constraint::Length(10),
+                    Constraint::Length(9),
+                    Constraint::Min(20),
+                ],
+            )
+            .header(
+                Row::new([
+                    "",
+                    "time (s)",
+                    "cpu",
+                    "task",
+                    "latency",
+                    "source",
+                    "explained",
+                    "largest lock overlap",
+                ])
+                .style(HEADER_STYLE),
+            )
+            .block(block),
+            bottom,
+        );
+    }
+}
+
+fn rt_title(
+    what: &str,
+    traced: bool,
+    shown: usize,
+    all: usize,
+    new: usize,
+    dropped: u64,
+) -> String {
+    if !traced {
+        return format!("{what}: not traced");
+    }
+    let mut t = if shown == all {
+        format!("{what}: {all}")
+    } else {
+        format!("{what}: {shown}/{all}")
+    };
+    if all > 0 {
+        t.push_str(", newest first");
+    }
+    if new > 0 {
+        t.push_str(&format!(", {new} new (*)"));
+    }
+    if dropped > 0 {
+        t.push_str(&format!(", {dropped} older not kept"));
+    }
+    t
+}
+
+fn empty_rt(app: &App) -> String {
+    if app.filter.is_empty() {
+        "none yet".to_owned()
+    } else {
+        format!("none match the filter `{}`", app.filter)
+    }
+}
+
 fn draw_help(frame: &mut Frame, app: &App, area: Rect) {
     let w = area.width.saturating_sub(4).min(84);
-    let h = area.height.saturating_sub(2).min(30);
+    let h = area.height.saturating_sub(2).min(36);
     let popup = Rect {
         x: area.x + (area.width - w) / 2,
         y: area.y + (area.height - h) / 2,
@@ -522,22 +1013,40 @@ fn draw_help(frame: &mut Frame, app: &App, area: Rect) {
         Line::from("  q, Esc        quit (Esc: back from a detail view, clear a filter)"),
         Line::from("  Up/Down j/k   select a row      PgUp/PgDn Home/End  jump"),
         Line::from("  Enter         detail of the selected lock (histogram, chart, callers)"),
-        Line::from("  Tab, l, t     locks / waiting-process views"),
-        Line::from("  1-9           sort by that column (again: reverse)"),
+        Line::from("  Tab, S-Tab    next / previous view"),
+        Line::from("  l u t e       views: kernel locks, user-space locks (futex, pthread),"),
+        Line::from("                waiting processes, RT episodes and latency spikes"),
+        Line::from("  1-9, 0        sort by that column (0: the tenth; again: reverse)"),
         Line::from("  < > s         previous / next sort column     r  reverse the order"),
-        Line::from("  /             filter by type, lock name or process name"),
+        Line::from("  /             filter by type, lock name or process name (every view)"),
         Line::from("  p, space      pause (figures freeze; the next refresh covers the pause)"),
         Line::from("  h             detail: histogram since start / of the last interval"),
         Line::from("  ?             this help (any key closes it)"),
         Line::from(""),
         Line::from("columns").bold(),
     ];
-    lines.extend(
-        LockColumn::ALL
-            .iter()
-            .enumerate()
-            .map(|(i, c)| Line::from(format!("  {} {:<9} {}", i + 1, c.title(), c.help()))),
-    );
+    let column = |i: usize, title: &str, help: &str| {
+        let key = match i {
+            0..=8 => (i + 1).to_string(),
+            9 => "0".to_owned(),
+            _ => " ".to_owned(),
+        };
+        Line::from(format!("  {key} {title:<9} {help}"))
+    };
+    match app.mode.view() {
+        Mode::UserLocks => lines.extend(
+            UserColumn::ALL
+                .iter()
+                .enumerate()
+                .map(|(i, c)| column(i, c.title(), c.help())),
+        ),
+        _ => lines.extend(
+            LockColumn::ALL
+                .iter()
+                .enumerate()
+                .map(|(i, c)| column(i, c.title(), c.help())),
+        ),
+    }
     lines.push(Line::from(""));
     lines.push(Line::from(format!(
         "Rates cover the last interval ({}); ~ marks log2-histogram estimates.",
