@@ -8,6 +8,9 @@
 //!
 //! [probes]                    # probe groups
 //! kernel_locks = true         # lock:contention_begin/end (every kernel lock type)
+//! rwsem_events = true         # lockscope_rwsem_events_total (needs kernel_locks)
+//! futex = false               # futex syscalls: lockscope_futex_* (user-space locks)
+//! pi_lock = true              # lockscope_starvation_episodes_total (needs kernel_locks)
 //!
 //! [target]                    # default: the whole system
 //! pids = [1234]               # these processes (and what they fork from now on)
@@ -52,9 +55,17 @@ pub struct ConfigFile {
     pub metrics: MetricsConfig,
 }
 
-/// Probe groups. Only `kernel_locks` exists in this version; the others are the places
-/// where rwsem acquisition events, futex waits and pi_lock hold times plug in.
-#[derive(Debug, Clone, Deserialize)]
+/// Probe groups.
+///
+/// - `kernel_locks`: `lock:contention_begin/end`, every kernel lock type.
+/// - `rwsem_events`: export the rwsem lock events the tier sees (the hooks are part of
+///   the kernel lock probes; on the tracepoint tier only the mmap_lock trylock estimate
+///   adds a probe). Needs `kernel_locks`.
+/// - `futex`: the futex syscall probes (user-space locks).
+/// - `pi_lock`: export starvation episodes on raw spinlocks such as `task_struct.pi_lock`
+///   (`pi_lock` waits themselves are kernel lock waits, named `pi_lock of comm[pid]`).
+///   Needs `kernel_locks`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ProbeGroups {
     pub kernel_locks: bool,
@@ -67,9 +78,12 @@ impl Default for ProbeGroups {
     fn default() -> Self {
         Self {
             kernel_locks: true,
-            rwsem_events: false,
+            rwsem_events: true,
+            // Off by default: system-wide on a busy machine the futex words of every
+            // process fill the map within a minute and reading them costs ~20% of a CPU
+            // at a 1 s interval (README). Enable it with a pid or cgroup target.
             futex: false,
-            pi_lock: false,
+            pi_lock: true,
         }
     }
 }
@@ -132,6 +146,8 @@ pub struct ServeSettings {
     pub interval: Duration,
     pub target: Target,
     pub types: Option<Vec<LockType>>,
+    /// The probe groups, as configured.
+    pub probes: ProbeGroups,
     pub top_locks: usize,
     /// Indices `i` of the log2 buckets whose upper bounds (`2^(i+1)` ns) become `le` bounds.
     pub bucket_bounds: Vec<usize>,
@@ -183,21 +199,11 @@ impl ConfigFile {
         }
 
         let p = &self.probes;
-        for (key, on, what) in [
-            (
-                "rwsem_events",
-                p.rwsem_events,
-                "rwsem acquisition-mode events",
-            ),
-            ("futex", p.futex, "futex waits"),
-            ("pi_lock", p.pi_lock, "pi_lock hold times and starvation"),
-        ] {
-            if on {
-                bail!("probes.{key}: {what} are not available in this version of lockscope");
-            }
-        }
-        if !p.kernel_locks {
-            bail!("probes.kernel_locks: no probe group is enabled, nothing would be traced");
+        if !p.kernel_locks && !p.futex {
+            bail!(
+                "probes.kernel_locks: neither kernel_locks nor futex is enabled, nothing \
+                 would be traced"
+            );
         }
 
         let (pids, cgroup) = if !cli.pids.is_empty() || cli.cgroup.is_some() {
@@ -235,6 +241,15 @@ impl ConfigFile {
             Some(out)
         };
 
+        if load_types(&types, p).is_empty() {
+            bail!(
+                "target.types: none of these lock types belongs to an enabled probe group \
+                 (kernel_locks = {}, futex = {})",
+                p.kernel_locks,
+                p.futex
+            );
+        }
+
         let m = &self.metrics;
         if m.top_locks == 0 || m.top_locks > MAX_TOP_LOCKS {
             bail!(
@@ -248,10 +263,43 @@ impl ConfigFile {
             interval,
             target,
             types,
+            probes: p.clone(),
             top_locks: m.top_locks,
             bucket_bounds,
         })
     }
+}
+
+impl ServeSettings {
+    /// The lock types to load the probes for: `target.types` (default: every type),
+    /// kernel types only with `probes.kernel_locks`, futex types only with `probes.futex`.
+    pub fn load_types(&self) -> Vec<LockType> {
+        load_types(&self.types, &self.probes)
+    }
+
+    /// Are the futex probes attached (some futex type is traced)?
+    pub fn traces_futex(&self) -> bool {
+        self.load_types().iter().any(|t| t.is_user())
+    }
+
+    /// Are kernel locks traced?
+    pub fn traces_kernel_locks(&self) -> bool {
+        self.load_types().iter().any(|t| !t.is_user())
+    }
+}
+
+/// The types in the `types` filter (`None`: every type) that an enabled group traces.
+fn load_types(types: &Option<Vec<LockType>>, probes: &ProbeGroups) -> Vec<LockType> {
+    LockType::every()
+        .filter(|t| types.as_ref().is_none_or(|ts| ts.contains(t)))
+        .filter(|t| {
+            if t.is_user() {
+                probes.futex
+            } else {
+                probes.kernel_locks
+            }
+        })
+        .collect()
 }
 
 /// `le` bounds from the `[metrics.histogram]` section: powers of two nanoseconds (the
@@ -408,8 +456,11 @@ mod tests {
         assert!(err("listen = \"localhost\"").starts_with("listen:"));
         assert!(err("interval = \"1 fortnight\"").starts_with("interval:"));
         assert!(err("interval = \"1ms\"").starts_with("interval:"));
-        assert!(err("[probes]\nfutex = true").starts_with("probes.futex:"));
-        assert!(err("[probes]\nkernel_locks = false").starts_with("probes.kernel_locks:"));
+        let e = err("[probes]\nkernel_locks = false");
+        assert!(e.starts_with("probes.kernel_locks:"), "{e}");
+        let e = err("[target]\ntypes = [\"futex\"]");
+        assert!(e.starts_with("target.types:"), "{e}");
+        assert!(err("[probes]\nfutx = true").contains("unknown field `futx`"));
         assert!(err("[target]\npids = [0]").starts_with("target.pids:"));
         assert!(err("[target]\ntypes = [\"spinlok\"]").starts_with("target.types:"));
         assert!(err("[target]\ncgroup = \"/nonexistent-cgroup\"").starts_with("target.cgroup:"));
@@ -426,6 +477,32 @@ mod tests {
         for e in [err("lisen = 1"), err("[metrics]\ntop_locks = 0")] {
             assert!(!e.contains('\n'), "one line: {e}");
         }
+    }
+
+    #[test]
+    fn probe_groups_choose_the_lock_types() {
+        let s = settings("").unwrap();
+        assert_eq!(s.probes, ProbeGroups::default());
+        assert!(!s.traces_futex() && s.traces_kernel_locks());
+        assert_eq!(s.load_types(), LockType::ALL.to_vec());
+        let s = settings("[probes]\nfutex = true").unwrap();
+        assert_eq!(
+            s.load_types().len(),
+            LockType::ALL.len() + LockType::USER.len()
+        );
+        assert!(s.traces_futex());
+        let s = settings("[probes]\nkernel_locks = false\nfutex = true").unwrap();
+        assert_eq!(s.load_types(), LockType::USER.to_vec());
+        assert!(!s.traces_kernel_locks());
+        // A type filter without futex types leaves the futex probes out.
+        let s = settings("[probes]\nfutex = true\n[target]\ntypes = [\"rwsem\"]").unwrap();
+        assert!(!s.traces_futex());
+        let s = settings("[probes]\nfutex = true\n[target]\ntypes = [\"futex-pi\", \"mutex\"]")
+            .unwrap();
+        assert_eq!(s.load_types(), [LockType::Mutex, LockType::FutexPi]);
+        assert!(s.traces_futex());
+        let s = settings("[probes]\nrwsem_events = false\npi_lock = false").unwrap();
+        assert!(!s.probes.rwsem_events && !s.probes.pi_lock);
     }
 
     #[test]

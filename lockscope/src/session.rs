@@ -10,7 +10,7 @@ use crate::{
     aggregate::{
         Recording,
         futex::{FutexEvents, futex_type_filtered},
-        recording::{EventCounts, SCHEMA, build_locks, lost_counts},
+        recording::{EventCounts, SCHEMA, StackTexts, build_locks_cached, lost_counts},
         rwsem,
     },
     probe::{LoadOptions, Probes, features, rwsem::RT_NOTE},
@@ -28,6 +28,8 @@ pub struct Session {
     stopped_after: Option<f64>,
     /// User-space lock types asked for (`None`: all).
     futex_types: Option<Vec<crate::decode::LockType>>,
+    /// Symbolized stacks, kept across snapshots.
+    stack_texts: std::cell::RefCell<StackTexts>,
 }
 
 impl Session {
@@ -46,6 +48,7 @@ impl Session {
                 .types
                 .as_ref()
                 .map(|ts| ts.iter().copied().filter(|t| t.is_user()).collect()),
+            stack_texts: Default::default(),
         })
     }
 
@@ -65,7 +68,12 @@ impl Session {
         let mut raw = read_snapshot(self.probes.ebpf(), self.probes.futex)?;
         raw.futex.types = self.futex_types.clone();
         let mut lost = lost_counts(&raw.counters);
-        let mut locks = build_locks(&raw, &self.names, &mut lost);
+        let mut locks = build_locks_cached(
+            &raw,
+            &self.names,
+            &mut lost,
+            &mut self.stack_texts.borrow_mut(),
+        );
         let deep = &self.probes.rwsem;
         let kinds = rwsem::event_kinds(deep.mask, deep.rt, self.probes.has_mmap_lock_estimate());
         rwsem::apply_rwsem_events(&raw, &self.names, &kinds, &mut locks);

@@ -60,6 +60,9 @@ fn grafana_dashboard_queries_only_exported_metrics() {
         "lockscope_lock_wait_seconds_sum",
         "lockscope_lock_contentions_total",
         "lockscope_events_lost_total",
+        "lockscope_futex_waits_total",
+        "lockscope_rwsem_events_total",
+        "lockscope_starvation_episodes_total",
     ] {
         assert!(used.contains(core), "dashboard shows {core}: {used:?}");
     }

@@ -233,7 +233,20 @@ pub fn futex_lost(s: &FutexSnapshot) -> BTreeMap<String, u64> {
 
 /// Calls on futex words whose type was not asked for (`--types`).
 pub fn futex_type_filtered(s: &FutexSnapshot) -> u64 {
-    build_futex_locks(s, &HashMap::new()).1
+    // The count `build_futex_locks` returns, without building the entries.
+    let Some(types) = &s.types else { return 0 };
+    s.stats
+        .iter()
+        .filter(|(_, t)| {
+            let lock_type = if t.is_pi() {
+                LockType::FutexPi
+            } else {
+                LockType::Futex
+            };
+            !types.contains(&lock_type)
+        })
+        .map(|(_, t)| t.counts.calls.iter().sum::<u64>())
+        .sum()
 }
 
 /// One entry per futex word. Returns the entries and the number of calls on words whose
@@ -415,6 +428,9 @@ mod tests {
         assert_eq!(locks.len(), 1);
         assert_eq!(locks[0].addr, "0x2000");
         assert_eq!(filtered, 3);
+        assert_eq!(futex_type_filtered(&snap), 3);
+        snap.types = None;
+        assert_eq!(futex_type_filtered(&snap), 0);
     }
 
     #[test]

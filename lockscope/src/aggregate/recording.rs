@@ -194,6 +194,52 @@ pub fn build_locks(
     names: &dyn Names,
     lost: &mut BTreeMap<String, u64>,
 ) -> Vec<LockEntry> {
+    build_locks_cached(raw, names, lost, &mut StackTexts::default())
+}
+
+/// Symbolized stacks by stack id, kept across snapshots by long-running sinks (a stack
+/// id is a hash of the stack's content: its text never changes). Stacks the probes could
+/// not store are not kept (they may be stored later).
+#[derive(Debug, Default)]
+pub struct StackTexts(HashMap<u64, (String, Vec<String>)>);
+
+impl StackTexts {
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// (caller, stack) of a stack id.
+    fn describe(&mut self, raw: &RawSnapshot, names: &dyn Names, id: u64) -> (String, Vec<String>) {
+        if let Some(d) = self.0.get(&id) {
+            return d.clone();
+        }
+        let d = describe_stack(raw.stacks.get(&id), names);
+        if raw.stacks.contains_key(&id) {
+            self.0.insert(id, d.clone());
+        }
+        d
+    }
+
+    /// Forget stacks that left the map (bounded by the map's size).
+    fn prune(&mut self, raw: &RawSnapshot) {
+        if self.0.len() > raw.stacks.len() * 2 + 1024 {
+            self.0.retain(|id, _| raw.stacks.contains_key(id));
+        }
+    }
+}
+
+/// [`build_locks`] with stack texts kept in `texts` across calls.
+pub fn build_locks_cached(
+    raw: &RawSnapshot,
+    names: &dyn Names,
+    lost: &mut BTreeMap<String, u64>,
+    texts: &mut StackTexts,
+) -> Vec<LockEntry> {
+    texts.prune(raw);
     struct Acc {
         stats: WaitStats,
         callers: BTreeMap<u64, WaitStats>,
@@ -219,7 +265,6 @@ pub fn build_locks(
         *lost.entry("unknown_flags".to_owned()).or_default() += unknown;
     }
 
-    let mut stack_cache: HashMap<u64, (String, Vec<String>)> = HashMap::new();
     let mut locks: Vec<LockEntry> = by_lock
         .into_iter()
         .map(|((addr, lock_type), acc)| {
@@ -228,10 +273,7 @@ pub fn build_locks(
                 .callers
                 .into_iter()
                 .map(|(id, stats)| {
-                    let (caller, stack) = stack_cache
-                        .entry(id)
-                        .or_insert_with(|| describe_stack(raw.stacks.get(&id), names))
-                        .clone();
+                    let (caller, stack) = texts.describe(raw, names, id);
                     CallerEntry {
                         caller,
                         stack,
@@ -455,6 +497,39 @@ pub(crate) mod tests {
         assert_eq!(r.owner.as_ref().unwrap().field, "mmap_lock");
         assert_eq!(locks[2].name, "rtnl_mutex");
         assert_eq!(locks[2].callers[0].caller, UNKNOWN_CALLER);
+    }
+
+    /// Counts the stacks it symbolizes.
+    struct CountingNames(std::cell::Cell<usize>);
+    impl Names for CountingNames {
+        fn static_lock(&self, addr: u64) -> Option<String> {
+            FakeNames.static_lock(addr)
+        }
+        fn frames(&self, stack: &[u64]) -> Vec<Frame> {
+            self.0.set(self.0.get() + 1);
+            FakeNames.frames(stack)
+        }
+    }
+
+    #[test]
+    fn stack_texts_are_symbolized_once_across_snapshots() {
+        let raw = sample_snapshot();
+        let names = CountingNames(Default::default());
+        let mut texts = StackTexts::default();
+        let mut lost = BTreeMap::new();
+        let first = build_locks_cached(&raw, &names, &mut lost, &mut texts);
+        // Stacks 1 and 2; stack 0 was never stored ([unknown], not kept).
+        assert_eq!((names.0.get(), texts.len()), (2, 2));
+        let again = build_locks_cached(&raw, &names, &mut lost, &mut texts);
+        assert_eq!(names.0.get(), 2, "no stack symbolized twice");
+        assert_eq!(first, again);
+        assert_eq!(first, build_locks(&raw, &FakeNames, &mut BTreeMap::new()));
+        // Many stacks gone from the map: the texts are pruned to what is still there.
+        for id in 100..3000 {
+            texts.0.insert(id, ("x".into(), vec![]));
+        }
+        build_locks_cached(&raw, &names, &mut lost, &mut texts);
+        assert_eq!(texts.len(), 2);
     }
 
     pub fn sample_recording() -> Recording {

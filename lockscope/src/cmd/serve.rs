@@ -31,7 +31,7 @@ use crate::{
     probe::{LoadOptions, Target, features},
     session::Session,
     sink::prometheus::{
-        LockSeries, MetricsOptions, ProbeStatus, ProgramRuns, SelfStats, encode, families,
+        Exporter, MetricsOptions, ProbeStatus, ProgramRuns, SelfStats, encode, families,
     },
 };
 
@@ -84,14 +84,9 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let mut session = Session::start(
         &LoadOptions {
             target: settings.target.clone(),
-            // Kernel lock types only by default: the futex probes have no metrics here yet
-            // (`probes.futex` is refused by the config), so they stay detached.
-            types: Some(
-                settings
-                    .types
-                    .clone()
-                    .unwrap_or_else(|| crate::decode::LockType::ALL.to_vec()),
-            ),
+            // The probe groups pick the types: without a futex type the futex probes
+            // stay detached.
+            types: Some(settings.load_types()),
         },
         describe_target(&settings.target),
     )?;
@@ -109,13 +104,19 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         }
     };
 
+    let kernel = settings.traces_kernel_locks();
     let mut refresher = Refresher {
-        series: LockSeries::default(),
+        exporter: Exporter::default(),
         opts: MetricsOptions {
             top_locks: settings.top_locks,
             bucket_bounds: settings.bucket_bounds.clone(),
+            futex: session.probes().futex,
+            rwsem_events: kernel && settings.probes.rwsem_events,
+            starvation: kernel && settings.probes.pi_lock,
         },
         errors: 0,
+        read_s: 0.0,
+        reads: 0,
         bpf_stats,
     };
     let first = refresher.refresh(&session)?;
@@ -187,9 +188,12 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
 }
 
 struct Refresher {
-    series: LockSeries,
+    exporter: Exporter,
     opts: MetricsOptions,
     errors: u64,
+    /// Time spent in refreshes, and how many, since the start.
+    read_s: f64,
+    reads: u64,
     bpf_stats: Option<OwnedFd>,
 }
 
@@ -204,7 +208,7 @@ impl Refresher {
                 return Err(e);
             }
         };
-        let locks = self.series.update(&rec, self.opts.top_locks);
+        let samples = self.exporter.samples(&rec, &self.opts);
         let probes = session.probes();
         let me = SelfStats {
             probes: probes
@@ -219,8 +223,12 @@ impl Refresher {
             programs: self.bpf_stats.as_ref().map(|_| program_runs(session)),
             scrape_duration_s: t0.elapsed().as_secs_f64(),
             scrape_errors: self.errors,
+            read_seconds_total: self.read_s + t0.elapsed().as_secs_f64(),
+            reads_total: self.reads + 1,
         };
-        let text = encode(&families(&rec, &locks, &me, &self.opts))?;
+        let text = encode(&families(&rec, &samples, &me, &self.opts))?;
+        self.reads += 1;
+        self.read_s += t0.elapsed().as_secs_f64();
         Ok((text, rec))
     }
 }
@@ -355,12 +363,23 @@ fn describe(s: &ServeSettings) -> String {
     };
     let first = s.bucket_bounds.first().map_or(0, |&i| 1u64 << (i + 1));
     let last = s.bucket_bounds.last().map_or(0, |&i| 1u64 << (i + 1));
+    let p = &s.probes;
+    let groups: Vec<&str> = [
+        ("kernel_locks", p.kernel_locks),
+        ("rwsem_events", p.kernel_locks && p.rwsem_events),
+        ("futex", s.traces_futex()),
+        ("pi_lock", p.kernel_locks && p.pi_lock),
+    ]
+    .into_iter()
+    .filter_map(|(n, on)| on.then_some(n))
+    .collect();
     format!(
-        "config OK: listen {}, interval {:?}, target {}, lock types {types}, top {} locks \
-         labelled, {} histogram buckets from {:.3e} s to {:.3e} s",
+        "config OK: listen {}, interval {:?}, target {}, probes {}, lock types {types}, top {} \
+         locks labelled, {} histogram buckets from {:.3e} s to {:.3e} s",
         s.listen,
         s.interval,
         describe_target(&s.target),
+        groups.join(","),
         s.top_locks,
         s.bucket_bounds.len(),
         first as f64 / 1e9,

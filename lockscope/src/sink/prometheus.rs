@@ -17,7 +17,7 @@ use prometheus::proto::{
 };
 
 use crate::{
-    aggregate::{Recording, WaitStats},
+    aggregate::{Recording, WaitStats, rt::EpisodeKind},
     decode::LockType,
 };
 
@@ -38,6 +38,13 @@ pub const BUILD_INFO: &str = "lockscope_build_info";
 pub const SCRAPE_DURATION: &str = "lockscope_scrape_duration_seconds";
 pub const SCRAPE_ERRORS: &str = "lockscope_scrape_errors_total";
 pub const TRACED_SECONDS: &str = "lockscope_traced_seconds";
+pub const FUTEX_WAITS: &str = "lockscope_futex_waits_total";
+pub const FUTEX_WAIT: &str = "lockscope_futex_wait_seconds";
+pub const FUTEX_WAKES: &str = "lockscope_futex_wakes_total";
+pub const RWSEM_EVENTS: &str = "lockscope_rwsem_events_total";
+pub const STARVATION_EPISODES: &str = "lockscope_starvation_episodes_total";
+pub const MAP_READ_SECONDS: &str = "lockscope_map_read_seconds_total";
+pub const MAP_READS: &str = "lockscope_map_reads_total";
 
 /// Every metric family lockscope can export: (name, type). A histogram `x` is scraped
 /// as `x_bucket`, `x_sum` and `x_count`.
@@ -56,6 +63,13 @@ pub const FAMILIES: &[(&str, MetricType)] = &[
     (SCRAPE_DURATION, MetricType::GAUGE),
     (SCRAPE_ERRORS, MetricType::COUNTER),
     (TRACED_SECONDS, MetricType::GAUGE),
+    (FUTEX_WAITS, MetricType::COUNTER),
+    (FUTEX_WAIT, MetricType::HISTOGRAM),
+    (FUTEX_WAKES, MetricType::COUNTER),
+    (RWSEM_EVENTS, MetricType::COUNTER),
+    (STARVATION_EPISODES, MetricType::COUNTER),
+    (MAP_READ_SECONDS, MetricType::COUNTER),
+    (MAP_READS, MetricType::COUNTER),
 ];
 
 /// Every sample name a scrape can contain (histograms expanded).
@@ -77,6 +91,25 @@ pub struct MetricsOptions {
     pub top_locks: usize,
     /// Log2 bucket indices whose upper bounds (`2^(i+1)` ns) are the histogram's `le`.
     pub bucket_bounds: Vec<usize>,
+    /// Export the `lockscope_futex_*` families (the futex probes run).
+    pub futex: bool,
+    /// Export `lockscope_rwsem_events_total`.
+    pub rwsem_events: bool,
+    /// Export `lockscope_starvation_episodes_total`.
+    pub starvation: bool,
+}
+
+impl MetricsOptions {
+    /// Every group on.
+    pub fn new(top_locks: usize, bucket_bounds: Vec<usize>) -> Self {
+        Self {
+            top_locks,
+            bucket_bounds,
+            futex: true,
+            rwsem_events: true,
+            starvation: true,
+        }
+    }
 }
 
 /// One probe and whether it is attached.
@@ -105,6 +138,10 @@ pub struct SelfStats {
     pub scrape_duration_s: f64,
     /// Map reads that failed since the start.
     pub scrape_errors: u64,
+    /// Time spent in map reads (read, symbolize, aggregate, encode) since the start,
+    /// and how many there were.
+    pub read_seconds_total: f64,
+    pub reads_total: u64,
 }
 
 /// A lock series' identity: its `type` and `lock` labels.
@@ -119,6 +156,31 @@ pub struct LockSample {
     pub stats: WaitStats,
 }
 
+/// Figures that can be folded into `other`: additive, ranked by total wait.
+pub trait Folded: Clone + Default {
+    fn merge(&mut self, o: &Self);
+    /// `self - base` for the additive figures.
+    fn minus(&self, base: &Self) -> Self;
+    /// Ranking key: total wait (ns).
+    fn rank(&self) -> u64;
+    fn is_zero(&self) -> bool;
+}
+
+impl Folded for WaitStats {
+    fn merge(&mut self, o: &Self) {
+        WaitStats::merge(self, o)
+    }
+    fn minus(&self, base: &Self) -> Self {
+        self::minus(self, base)
+    }
+    fn rank(&self) -> u64 {
+        self.total_ns
+    }
+    fn is_zero(&self) -> bool {
+        self.count == 0
+    }
+}
+
 /// Which locks get their own label, kept across refreshes so that every counter stays
 /// monotonic while the top set changes:
 ///
@@ -130,26 +192,43 @@ pub struct LockSample {
 ///
 /// State is bounded by the number of locks in the kernel maps (previous values) and by
 /// the top-N (baselines).
-#[derive(Debug, Default)]
-pub struct LockSeries {
-    prev: HashMap<SeriesKey, WaitStats>,
-    base: HashMap<SeriesKey, WaitStats>,
-    /// Figures of locks no longer in the recording, kept in `other`.
-    retired: BTreeMap<LockType, WaitStats>,
+#[derive(Debug)]
+pub struct TopSeries<V> {
+    prev: HashMap<SeriesKey, V>,
+    base: HashMap<SeriesKey, V>,
+    /// Figures of locks no longer in the recording, kept in their `other` group.
+    retired: BTreeMap<SeriesKey, V>,
 }
 
-impl LockSeries {
-    /// Fold a (cumulative) recording into at most `top_n` lock series plus one `other`
-    /// series per lock type. Sorted: top locks by total wait, then `other` by type.
-    pub fn update(&mut self, rec: &Recording, top_n: usize) -> Vec<LockSample> {
-        let mut cur: HashMap<SeriesKey, WaitStats> = HashMap::new();
-        for l in &rec.locks {
-            cur.entry((l.lock_type, l.name.clone()))
-                .or_default()
-                .merge(&l.stats);
+impl<V> Default for TopSeries<V> {
+    fn default() -> Self {
+        Self {
+            prev: HashMap::new(),
+            base: HashMap::new(),
+            retired: BTreeMap::new(),
         }
-        let mut ranked: Vec<(&SeriesKey, &WaitStats)> = cur.iter().collect();
-        ranked.sort_by(|a, b| b.1.total_ns.cmp(&a.1.total_ns).then_with(|| a.0.cmp(b.0)));
+    }
+}
+
+impl<V: Folded> TopSeries<V> {
+    /// Fold cumulative figures per (type, lock) into at most `top_n` lock series plus
+    /// one `other` series per lock type. Sorted: top locks by total wait, then `other`
+    /// by type.
+    pub fn fold(&mut self, cur: HashMap<SeriesKey, V>, top_n: usize) -> Vec<(SeriesKey, V)> {
+        self.fold_grouped(cur, top_n, |_| OTHER.to_owned())
+    }
+
+    /// [`TopSeries::fold`] with one `other` series per (type, `group(key)`) instead of
+    /// per type: the others come back keyed `(type, group)`. A key's group must never
+    /// change (each group's series stays monotonic).
+    pub fn fold_grouped(
+        &mut self,
+        cur: HashMap<SeriesKey, V>,
+        top_n: usize,
+        group: impl Fn(&SeriesKey) -> String,
+    ) -> Vec<(SeriesKey, V)> {
+        let mut ranked: Vec<(&SeriesKey, &V)> = cur.iter().collect();
+        ranked.sort_by(|a, b| b.1.rank().cmp(&a.1.rank()).then_with(|| a.0.cmp(b.0)));
         ranked.truncate(top_n);
         let top: Vec<SeriesKey> = ranked.into_iter().map(|(k, _)| k.clone()).collect();
         let top_set: HashSet<&SeriesKey> = top.iter().collect();
@@ -157,7 +236,10 @@ impl LockSeries {
         for (key, prev) in &self.prev {
             if !cur.contains_key(key) {
                 let gone = self.base.remove(key).unwrap_or_else(|| prev.clone());
-                self.retired.entry(key.0).or_default().merge(&gone);
+                self.retired
+                    .entry((key.0, group(key)))
+                    .or_default()
+                    .merge(&gone);
             }
         }
         self.base.retain(|k, _| top_set.contains(k));
@@ -168,34 +250,198 @@ impl LockSeries {
             }
         }
 
-        let mut out: Vec<LockSample> = top
+        let mut out: Vec<(SeriesKey, V)> = top
             .iter()
-            .map(|key| LockSample {
-                lock_type: key.0,
-                lock: key.1.clone(),
-                stats: minus(&cur[key], &self.base[key]),
-            })
+            .map(|key| (key.clone(), cur[key].minus(&self.base[key])))
             .collect();
-        let mut other: BTreeMap<LockType, WaitStats> = self.retired.clone();
-        for (key, stats) in &cur {
+        let mut other: BTreeMap<SeriesKey, V> = self.retired.clone();
+        for (key, v) in &cur {
             let folded = match self.base.get(key) {
                 Some(base) => base,
-                None => stats,
+                None => v,
             };
-            other.entry(key.0).or_default().merge(folded);
+            other.entry((key.0, group(key))).or_default().merge(folded);
         }
-        out.extend(
-            other
-                .into_iter()
-                .filter(|(_, s)| s.count > 0)
-                .map(|(lock_type, stats)| LockSample {
-                    lock_type,
-                    lock: OTHER.to_owned(),
-                    stats,
-                }),
-        );
+        out.extend(other.into_iter().filter(|(_, v)| !v.is_zero()));
         self.prev = cur;
         out
+    }
+}
+
+/// The kernel lock series (`lockscope_lock_*`): every lock entry of a recording that is
+/// not a user-space lock.
+#[derive(Debug, Default)]
+pub struct LockSeries(TopSeries<WaitStats>);
+
+impl LockSeries {
+    /// Fold a (cumulative) recording's kernel locks into at most `top_n` lock series
+    /// plus one `other` series per lock type.
+    pub fn update(&mut self, rec: &Recording, top_n: usize) -> Vec<LockSample> {
+        let mut cur: HashMap<SeriesKey, WaitStats> = HashMap::new();
+        for l in rec.locks.iter().filter(|l| !l.lock_type.is_user()) {
+            cur.entry((l.lock_type, l.name.clone()))
+                .or_default()
+                .merge(&l.stats);
+        }
+        self.0
+            .fold(cur, top_n)
+            .into_iter()
+            .map(|((lock_type, lock), stats)| LockSample {
+                lock_type,
+                lock,
+                stats,
+            })
+            .collect()
+    }
+}
+
+/// A futex word's figures: blocking waits (with their wait times) and wake calls.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct FutexFigures {
+    pub wait: WaitStats,
+    pub wakes: u64,
+}
+
+impl Folded for FutexFigures {
+    fn merge(&mut self, o: &Self) {
+        self.wait.merge(&o.wait);
+        self.wakes += o.wakes;
+    }
+    fn minus(&self, base: &Self) -> Self {
+        Self {
+            wait: self::minus(&self.wait, &base.wait),
+            wakes: self.wakes.saturating_sub(base.wakes),
+        }
+    }
+    fn rank(&self) -> u64 {
+        self.wait.total_ns
+    }
+    fn is_zero(&self) -> bool {
+        self.wait.count == 0 && self.wakes == 0
+    }
+}
+
+/// One series of the futex families.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FutexSample {
+    /// `futex` or `futex-pi`.
+    pub lock_type: LockType,
+    /// The futex word's name (`futex 0x... of comm[pid]`), or [`OTHER`].
+    pub lock: String,
+    /// The process's name, or [`OTHER`] for the folded series.
+    pub comm: String,
+    pub figures: FutexFigures,
+}
+
+/// The user-space lock series (`lockscope_futex_*`), folded like [`LockSeries`] in two
+/// steps: the `top_n` futex words get their own `lock` label; the others are summed per
+/// process name (`lock="other"`, `comm` the process), and of those the `top_n` processes
+/// keep their `comm`, the rest are `comm="other"`. Both steps keep every series
+/// monotonic; the `lock` label has at most `top_n` + 1 values.
+#[derive(Debug, Default)]
+pub struct FutexSeries {
+    words: TopSeries<FutexFigures>,
+    comms: TopSeries<FutexFigures>,
+}
+
+impl FutexSeries {
+    pub fn update(&mut self, rec: &Recording, top_n: usize) -> Vec<FutexSample> {
+        let mut cur: HashMap<SeriesKey, FutexFigures> = HashMap::new();
+        let mut comm_of: HashMap<&str, &str> = HashMap::new();
+        for l in &rec.locks {
+            let Some(user) = &l.user else { continue };
+            comm_of.insert(&l.name, &user.comm);
+            let fig = FutexFigures {
+                wait: l.stats.clone(),
+                wakes: user.futex.wake_calls,
+            };
+            cur.entry((l.lock_type, l.name.clone()))
+                .or_default()
+                .merge(&fig);
+        }
+        let comm = |key: &SeriesKey| {
+            comm_of
+                .get(key.1.as_str())
+                .copied()
+                .unwrap_or_default()
+                .to_owned()
+        };
+        let mut out = Vec::new();
+        let mut rest: HashMap<SeriesKey, FutexFigures> = HashMap::new();
+        for ((lock_type, name), figures) in self.words.fold_grouped(cur, top_n, |k| comm(k)) {
+            // Top words come back by name, the others by process name.
+            if comm_of.contains_key(name.as_str()) {
+                out.push(FutexSample {
+                    lock_type,
+                    comm: comm(&(lock_type, name.clone())),
+                    lock: name,
+                    figures,
+                });
+            } else {
+                rest.insert((lock_type, name), figures);
+            }
+        }
+        out.extend(
+            self.comms
+                .fold(rest, top_n)
+                .into_iter()
+                .map(|((lock_type, comm), figures)| FutexSample {
+                    lock_type,
+                    lock: OTHER.to_owned(),
+                    comm,
+                    figures,
+                }),
+        );
+        out
+    }
+}
+
+/// Starvation episodes counted once each across refreshes, by (kind, probable, tier).
+///
+/// A recording lists the episodes it holds; a producer may keep all of them, keep only
+/// the latest (or longest) few, or hand over only the new ones. In every case an
+/// episode is new exactly when the previous recording did not list it, so only the
+/// previous recording's episode identities are kept (bounded by one recording).
+#[derive(Debug, Default)]
+pub struct EpisodeCounter {
+    seen: HashSet<EpisodeId>,
+    totals: EpisodeTotals,
+}
+
+/// Episodes by (`kind` label, probable, tier).
+pub type EpisodeTotals = BTreeMap<(&'static str, bool, String), u64>;
+
+/// What makes an episode itself: when and where it started, on which lock, by whom.
+type EpisodeId = (&'static str, u64, u32, String, u32, Option<u32>);
+
+impl EpisodeCounter {
+    /// Count the episodes of `rec` not seen in the previous recording; returns the
+    /// cumulative totals.
+    pub fn update(&mut self, rec: &Recording) -> &EpisodeTotals {
+        let Some(episodes) = &rec.starvation_episodes else {
+            return &self.totals;
+        };
+        let mut now = HashSet::with_capacity(episodes.len());
+        for e in episodes {
+            let kind = episode_kind_name(e.kind);
+            let id = (
+                kind,
+                e.ts_ns,
+                e.cpu,
+                e.addr.clone(),
+                e.waiter.pid,
+                e.waiter.tid,
+            );
+            if !self.seen.contains(&id) && !now.contains(&id) {
+                *self
+                    .totals
+                    .entry((kind, e.probable, e.tier.clone()))
+                    .or_default() += 1;
+            }
+            now.insert(id);
+        }
+        self.seen = now;
+        &self.totals
     }
 }
 
@@ -276,13 +522,51 @@ pub fn wait_histogram(stats: &WaitStats, bounds: &[usize]) -> Histogram {
     h
 }
 
+/// The folded series of one refresh.
+#[derive(Debug, Clone, Default)]
+pub struct Samples {
+    pub locks: Vec<LockSample>,
+    /// `None`: the futex group is off.
+    pub futex: Option<Vec<FutexSample>>,
+    /// Cumulative episodes by (kind, probable, tier); `None`: not exported.
+    pub starvation: Option<EpisodeTotals>,
+}
+
+/// The state kept across refreshes: folded series and counted episodes.
+#[derive(Debug, Default)]
+pub struct Exporter {
+    locks: LockSeries,
+    futex: FutexSeries,
+    episodes: EpisodeCounter,
+}
+
+impl Exporter {
+    /// Fold one (cumulative) recording into bounded series.
+    pub fn samples(&mut self, rec: &Recording, opts: &MetricsOptions) -> Samples {
+        Samples {
+            locks: self.locks.update(rec, opts.top_locks),
+            futex: opts.futex.then(|| self.futex.update(rec, opts.top_locks)),
+            starvation: opts.starvation.then(|| self.episodes.update(rec).clone()),
+        }
+    }
+}
+
+/// `kind` label of an episode.
+pub fn episode_kind_name(k: EpisodeKind) -> &'static str {
+    match k {
+        EpisodeKind::Starvation => "starvation",
+        EpisodeKind::LongHold => "long-hold",
+    }
+}
+
 /// All metric families for one refresh. Empty families are left out.
 pub fn families(
     rec: &Recording,
-    locks: &[LockSample],
+    samples: &Samples,
     me: &SelfStats,
     opts: &MetricsOptions,
 ) -> Vec<MetricFamily> {
+    let locks = &samples.locks;
     let tier = rec.tier.as_str();
     fn lock_labels<'a>(s: &'a LockSample, tier: &'a str) -> [(&'static str, &'a str); 3] {
         [
@@ -328,7 +612,13 @@ pub fn families(
              nothing was lost).",
             rec.lost
                 .iter()
-                .map(|(reason, n)| counter(&[("reason", reason)], *n as f64))
+                .map(|(reason, n)| (reason.clone(), *n))
+                .chain(rec.rwsem_events.iter().flat_map(|r| {
+                    r.lost
+                        .iter()
+                        .map(|(reason, n)| (format!("rwsem_{reason}"), *n))
+                }))
+                .map(|(reason, n)| counter(&[("reason", &reason)], n as f64))
                 .collect(),
         ),
         family(
@@ -383,6 +673,17 @@ pub fn families(
             vec![gauge(&[], me.scrape_duration_s)],
         ),
         family(
+            MAP_READ_SECONDS,
+            "Time spent reading the in-kernel maps (read, symbolize, aggregate, encode) \
+             since lockscope started, in seconds; rate() of it is the CPU share of map reads.",
+            vec![counter(&[], me.read_seconds_total)],
+        ),
+        family(
+            MAP_READS,
+            "Reads of the in-kernel maps since lockscope started (one per interval).",
+            vec![counter(&[], me.reads_total as f64)],
+        ),
+        family(
             SCRAPE_ERRORS,
             "Reads of the in-kernel maps that failed since lockscope started.",
             vec![counter(&[], me.scrape_errors as f64)],
@@ -413,6 +714,97 @@ pub fn families(
                 .collect(),
         ));
     }
+    if let Some(futex) = &samples.futex {
+        fn futex_labels<'a>(s: &'a FutexSample, tier: &'a str) -> [(&'static str, &'a str); 4] {
+            [
+                ("type", s.lock_type.name()),
+                ("lock", &s.lock),
+                ("comm", &s.comm),
+                ("tier", tier),
+            ]
+        }
+        out.push(family(
+            FUTEX_WAITS,
+            "Futex waits that blocked (the caller slept) since lockscope started, by futex \
+             word and process; words outside the top by total wait are lock=\"other\".",
+            futex
+                .iter()
+                .map(|s| counter(&futex_labels(s, tier), s.figures.wait.count as f64))
+                .collect(),
+        ));
+        out.push(family(
+            FUTEX_WAIT,
+            "Time blocked in futex waits, in seconds. Bucket bounds are edges of the \
+             in-kernel log2 (power of two nanoseconds) histogram.",
+            futex
+                .iter()
+                .map(|s| {
+                    let mut m = Metric::from_label(labels(&futex_labels(s, tier)));
+                    m.set_histogram(wait_histogram(&s.figures.wait, &opts.bucket_bounds));
+                    m
+                })
+                .collect(),
+        ));
+        out.push(family(
+            FUTEX_WAKES,
+            "Futex wake calls (FUTEX_WAKE, FUTEX_WAKE_BITSET, FUTEX_WAKE_OP, futex_wake) \
+             since lockscope started, by futex word and process.",
+            futex
+                .iter()
+                .map(|s| counter(&futex_labels(s, tier), s.figures.wakes as f64))
+                .collect(),
+        ));
+    }
+    if opts.rwsem_events
+        && let Some(r) = &rec.rwsem_events
+    {
+        out.push(family(
+            RWSEM_EVENTS,
+            "rwsem lock events of the traced tasks since lockscope started, named as in the \
+             kernel's lock_events_list.h (trylock_fail is lockscope's own); accuracy says \
+             whether the tier sees the event exactly or estimates it; events the tier \
+             cannot see are left out.",
+            r.system
+                .iter()
+                .filter_map(|(name, v)| {
+                    let event = name.strip_prefix("rwsem_").unwrap_or(name);
+                    let accuracy = r.kinds.get(event)?.as_str();
+                    Some(counter(
+                        &[("event", event), ("accuracy", accuracy), ("tier", &r.tier)],
+                        (*v)? as f64,
+                    ))
+                })
+                .collect(),
+        ));
+    }
+    if let Some(totals) = &samples.starvation {
+        let mut all = totals.clone();
+        // Every kind is present from the start (0 until an episode happens).
+        for kind in [EpisodeKind::Starvation, EpisodeKind::LongHold] {
+            for probable in [false, true] {
+                all.entry((episode_kind_name(kind), probable, rec.tier.clone()))
+                    .or_default();
+            }
+        }
+        out.push(family(
+            STARVATION_EPISODES,
+            "Starvation (a waiter starved while other CPUs re-took the lock) and long-hold \
+             episodes on raw spinlocks since lockscope started; probable=\"true\" when \
+             inferred from proxy signals rather than seen exactly.",
+            all.iter()
+                .map(|((kind, probable, t), n)| {
+                    counter(
+                        &[
+                            ("kind", *kind),
+                            ("probable", if *probable { "true" } else { "false" }),
+                            ("tier", t),
+                        ],
+                        *n as f64,
+                    )
+                })
+                .collect(),
+        ));
+    }
     out.retain(|f| !f.get_metric().is_empty());
     out.sort_by(|a, b| a.name().cmp(b.name()));
     out
@@ -428,13 +820,19 @@ pub fn encode(families: &[MetricFamily]) -> anyhow::Result<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::aggregate::recording::{LockEntry, tests::sample_recording, tests::wait};
+    use crate::aggregate::{
+        RawSnapshot,
+        recording::{LockEntry, tests::sample_recording, tests::wait},
+        rt::{StarvationEpisode, TaskRef},
+        rwsem,
+    };
+    use lockscope_common::{
+        EV_RLOCK, EV_RLOCK_HANDOFF, EV_RLOCK_STEAL, RWC_TOTALS, RWC_UNPAIRED_EXIT,
+        RWSEM_COUNTERS_LEN,
+    };
 
     fn opts(top: usize) -> MetricsOptions {
-        MetricsOptions {
-            top_locks: top,
-            bucket_bounds: vec![9, 11, 13, 15, 17],
-        }
+        MetricsOptions::new(top, vec![9, 11, 13, 15, 17])
     }
 
     fn lock(name: &str, t: LockType, ns: u64, n: u64) -> LockEntry {
@@ -451,6 +849,74 @@ mod tests {
         }
     }
 
+    fn futex_lock(uaddr: u64, comm: &str, pid: u32, ns: u64, n: u64, wakes: u64) -> LockEntry {
+        use crate::aggregate::futex::{FutexInfo, UserLock};
+        LockEntry {
+            addr: format!("{uaddr:#x}"),
+            lock_type: LockType::Futex,
+            user: Some(UserLock {
+                pid,
+                comm: comm.to_owned(),
+                futex: FutexInfo {
+                    wake_calls: wakes,
+                    ..Default::default()
+                },
+            }),
+            events: None,
+            name: format!("futex {uaddr:#x} of {comm}[{pid}]"),
+            owner: None,
+            stats: wait(ns, n),
+            callers: vec![],
+            tasks: vec![],
+        }
+    }
+
+    fn episode(kind: EpisodeKind, ts_ns: u64, probable: bool) -> StarvationEpisode {
+        StarvationEpisode {
+            kind,
+            ts_ns,
+            cpu: 1,
+            lock: "pi_lock of stress-ng[42]".into(),
+            addr: "0xffff888100001234".into(),
+            waiter: TaskRef {
+                pid: 42,
+                tid: Some(43),
+                comm: "stress-ng".into(),
+                stack: vec![],
+            },
+            wait_ns: 50_000,
+            foreign_acquisitions: 7,
+            acquirers: vec![],
+            irqs_off: None,
+            probable,
+            tier: "tracepoint".into(),
+        }
+    }
+
+    /// A recording with something for every family: kernel and futex locks, rwsem
+    /// events (tracepoint tier), starvation episodes.
+    fn full_recording() -> Recording {
+        let mut r = sample_recording();
+        r.locks.push(futex_lock(0x5000, "db", 77, 10_000, 9, 4));
+        let mut raw = RawSnapshot {
+            rwsem_counters: vec![0; RWSEM_COUNTERS_LEN as usize],
+            ..Default::default()
+        };
+        raw.rwsem_counters[RWC_TOTALS as usize + EV_RLOCK] = 15;
+        raw.rwsem_counters[RWC_TOTALS as usize + EV_RLOCK_HANDOFF] = 2;
+        raw.rwsem_counters[RWC_TOTALS as usize + EV_RLOCK_STEAL] = 99;
+        raw.rwsem_counters[RWC_UNPAIRED_EXIT as usize] = 3;
+        r.rwsem_events = Some(rwsem::summary(
+            &raw,
+            &rwsem::event_kinds(0, false, true),
+            "tracepoint",
+            BTreeMap::new(),
+            None,
+        ));
+        r.starvation_episodes = Some(vec![episode(EpisodeKind::Starvation, 100, true)]);
+        r
+    }
+
     fn rec_with(locks: Vec<LockEntry>) -> Recording {
         let mut r = sample_recording();
         r.locks = locks;
@@ -459,8 +925,8 @@ mod tests {
 
     fn text(rec: &Recording, top: usize) -> String {
         let o = opts(top);
-        let locks = LockSeries::default().update(rec, o.top_locks);
-        encode(&families(rec, &locks, &SelfStats::default(), &o)).unwrap()
+        let samples = Exporter::default().samples(rec, &o);
+        encode(&families(rec, &samples, &SelfStats::default(), &o)).unwrap()
     }
 
     fn total_of(samples: &[LockSample], t: LockType) -> (u64, u64) {
@@ -520,9 +986,9 @@ mod tests {
 
     #[test]
     fn every_emitted_family_is_listed() {
-        let rec = sample_recording();
+        let rec = full_recording();
         let o = opts(1);
-        let locks = LockSeries::default().update(&rec, 1);
+        let samples = Exporter::default().samples(&rec, &o);
         let me = SelfStats {
             probes: vec![ProbeStatus {
                 probe: "contention_begin".into(),
@@ -536,8 +1002,10 @@ mod tests {
             }]),
             scrape_duration_s: 0.01,
             scrape_errors: 0,
+            read_seconds_total: 0.5,
+            reads_total: 3,
         };
-        let fams = families(&rec, &locks, &me, &o);
+        let fams = families(&rec, &samples, &me, &o);
         let names: HashSet<&str> = fams.iter().map(|f| f.name()).collect();
         let listed: HashSet<&str> = FAMILIES.iter().map(|(n, _)| *n).collect();
         assert_eq!(
@@ -682,5 +1150,236 @@ mod tests {
             1,
         );
         assert_eq!(fin.iter().map(|s| s.stats.count).sum::<u64>(), 313);
+    }
+
+    fn full_text(rec: &Recording, o: &MetricsOptions) -> String {
+        let samples = Exporter::default().samples(rec, o);
+        encode(&families(rec, &samples, &SelfStats::default(), o)).unwrap()
+    }
+
+    #[test]
+    fn futex_words_have_their_own_families() {
+        let rec = full_recording();
+        let t = full_text(&rec, &opts(20));
+        let l = "{type=\"futex\",lock=\"futex 0x5000 of db[77]\",comm=\"db\",tier=\"tracepoint\"";
+        for line in [
+            format!("lockscope_futex_waits_total{l}}} 9\n"),
+            format!("lockscope_futex_wakes_total{l}}} 4\n"),
+            format!("lockscope_futex_wait_seconds_count{l}}} 9\n"),
+            // 10 us waits: all below 2^14 ns = 16.4 us, none below 2^12 ns.
+            format!("lockscope_futex_wait_seconds_bucket{l},le=\"0.000004096\"}} 0\n"),
+            format!("lockscope_futex_wait_seconds_bucket{l},le=\"0.000016384\"}} 9\n"),
+        ] {
+            assert!(t.contains(&line), "{line} in {t}");
+        }
+        // Futex words are not kernel locks.
+        assert!(
+            !t.contains("lockscope_lock_contentions_total{type=\"futex\""),
+            "{t}"
+        );
+        // The group off: no futex families at all.
+        let mut o = opts(20);
+        o.futex = false;
+        assert!(!full_text(&rec, &o).contains("lockscope_futex_"));
+    }
+
+    #[test]
+    fn ten_thousand_futex_words_fold_into_top_n_plus_other() {
+        let locks: Vec<LockEntry> = (0..10_000u64)
+            .map(|i| {
+                let comm = if i % 3 == 0 { "a" } else { "b" };
+                futex_lock(0x10_000 + 64 * i, comm, 7, 1_000 + i, 1 + i % 5, i % 4)
+            })
+            .collect();
+        let rec = rec_with(locks);
+        let samples = FutexSeries::default().update(&rec, 20);
+        let names: HashSet<&str> = samples.iter().map(|s| s.lock.as_str()).collect();
+        assert_eq!(names.len(), 21, "20 top words + other");
+        // The other words, summed per process.
+        let others: HashSet<&str> = samples
+            .iter()
+            .filter(|s| s.lock == OTHER)
+            .map(|s| s.comm.as_str())
+            .collect();
+        assert_eq!(others, HashSet::from(["a", "b"]));
+        // The heaviest word leads, with its process's name.
+        // (1000 + 9999 ns) x 5 waits.
+        assert_eq!(
+            samples[0].lock,
+            format!("futex {:#x} of a[7]", 0x10_000 + 64 * 9999)
+        );
+        assert_eq!(samples[0].comm, "a");
+        let (waits, wakes) = samples.iter().fold((0, 0), |(w, k), s| {
+            (w + s.figures.wait.count, k + s.figures.wakes)
+        });
+        let want_waits: u64 = rec.locks.iter().map(|l| l.stats.count).sum();
+        let want_wakes: u64 = (0..10_000u64).map(|i| i % 4).sum();
+        assert_eq!((waits, wakes), (want_waits, want_wakes));
+        // And none of them is a kernel lock series.
+        assert!(LockSeries::default().update(&rec, 20).is_empty());
+        let t = full_text(&rec, &opts(20));
+        for family in [
+            FUTEX_WAITS,
+            FUTEX_WAKES,
+            "lockscope_futex_wait_seconds_count",
+        ] {
+            let distinct: HashSet<&str> = t
+                .lines()
+                .filter(|l| l.starts_with(&format!("{family}{{")))
+                .filter_map(|l| l.split("lock=\"").nth(1)?.split('"').next())
+                .collect();
+            assert_eq!(distinct.len(), 21, "{family}");
+        }
+    }
+
+    #[test]
+    fn futex_processes_beyond_the_top_fold_into_comm_other_monotonically() {
+        // 30 processes with one word each, top 2: 2 words, 2 processes, then other.
+        let mut series = FutexSeries::default();
+        let mut last: HashMap<(String, String), u64> = HashMap::new();
+        for round in 1..=4u64 {
+            let locks: Vec<LockEntry> = (0..30u32)
+                .map(|p| {
+                    // The ranking turns over every round.
+                    let heavy = (p as u64 + round * 7) % 30;
+                    futex_lock(
+                        0x1000,
+                        &format!("p{p}"),
+                        p + 1,
+                        1_000 * (heavy + 1),
+                        round * 3,
+                        0,
+                    )
+                })
+                .collect();
+            let rec = rec_with(locks);
+            let samples = series.update(&rec, 2);
+            let words: HashSet<&str> = samples.iter().map(|s| s.lock.as_str()).collect();
+            assert!(words.len() <= 3, "{words:?}");
+            let other_comms: HashSet<&str> = samples
+                .iter()
+                .filter(|s| s.lock == OTHER)
+                .map(|s| s.comm.as_str())
+                .collect();
+            assert!(other_comms.len() <= 3, "{other_comms:?}");
+            assert!(other_comms.contains(OTHER));
+            let total: u64 = samples.iter().map(|s| s.figures.wait.count).sum();
+            assert_eq!(total, 30 * round * 3, "exact total");
+            for s in &samples {
+                let k = (s.lock.clone(), s.comm.clone());
+                let prev = last.insert(k, s.figures.wait.count).unwrap_or(0);
+                assert!(s.figures.wait.count >= prev, "{s:?} went down from {prev}");
+            }
+        }
+    }
+
+    #[test]
+    fn rwsem_events_carry_the_kernel_names_and_accuracy() {
+        let t = full_text(&full_recording(), &opts(20));
+        for line in [
+            "lockscope_rwsem_events_total{event=\"rlock\",accuracy=\"exact\",tier=\"tracepoint\"} 15\n",
+            "lockscope_rwsem_events_total{event=\"rlock_handoff\",accuracy=\"estimate\",tier=\"tracepoint\"} 2\n",
+            "lockscope_rwsem_events_total{event=\"wlock\",accuracy=\"exact\",tier=\"tracepoint\"} 0\n",
+            "lockscope_events_lost_total{reason=\"rwsem_unpaired_slowpath_exit\"} 3\n",
+        ] {
+            assert!(t.contains(line), "{line} in {t}");
+        }
+        // The tracepoint tier cannot see steals: left out, never 0 (nor the 99 in the map).
+        assert!(!t.contains("event=\"rlock_steal\""), "{t}");
+        let mut o = opts(20);
+        o.rwsem_events = false;
+        assert!(!full_text(&full_recording(), &o).contains(RWSEM_EVENTS));
+    }
+
+    fn with_episodes(eps: Vec<StarvationEpisode>) -> Recording {
+        let mut r = sample_recording();
+        r.starvation_episodes = Some(eps);
+        r
+    }
+
+    fn starvation_count(c: &mut EpisodeCounter, rec: &Recording, kind: EpisodeKind) -> u64 {
+        c.update(rec)
+            .iter()
+            .filter(|((k, _, _), _)| *k == episode_kind_name(kind))
+            .map(|(_, n)| n)
+            .sum()
+    }
+
+    #[test]
+    fn episodes_are_counted_once_across_snapshots() {
+        use EpisodeKind::*;
+        let (a, b, c) = (
+            episode(Starvation, 100, true),
+            episode(Starvation, 200, true),
+            episode(LongHold, 300, false),
+        );
+        // A producer that keeps every episode (cumulative lists).
+        let mut cum = EpisodeCounter::default();
+        assert_eq!(
+            starvation_count(&mut cum, &with_episodes(vec![a.clone()]), Starvation),
+            1
+        );
+        let rec = with_episodes(vec![a.clone(), b.clone(), c.clone()]);
+        assert_eq!(starvation_count(&mut cum, &rec, Starvation), 2);
+        assert_eq!(
+            starvation_count(&mut cum, &rec, Starvation),
+            2,
+            "same list again"
+        );
+        assert_eq!(starvation_count(&mut cum, &rec, LongHold), 1);
+        // A producer that hands over only the new ones (drained lists), or none.
+        let mut drained = EpisodeCounter::default();
+        for list in [vec![a.clone()], vec![], vec![b.clone(), c.clone()], vec![]] {
+            drained.update(&with_episodes(list));
+        }
+        assert_eq!(drained.update(&sample_recording()), cum.update(&rec));
+        // A producer that keeps only the latest two (capped lists): a drops out, d comes.
+        let d = episode(Starvation, 400, false);
+        let mut capped = EpisodeCounter::default();
+        for list in [
+            vec![a.clone(), b.clone()],
+            vec![b.clone(), c.clone()],
+            vec![c.clone(), d.clone()],
+        ] {
+            capped.update(&with_episodes(list));
+        }
+        let totals = capped.update(&with_episodes(vec![c.clone(), d.clone()]));
+        let key = |k, p: bool| (episode_kind_name(k), p, "tracepoint".to_owned());
+        assert_eq!(totals[&key(Starvation, true)], 2);
+        assert_eq!(totals[&key(Starvation, false)], 1);
+        assert_eq!(totals[&key(LongHold, false)], 1);
+        // The same episode twice in one list counts once.
+        let mut dup = EpisodeCounter::default();
+        assert_eq!(
+            starvation_count(
+                &mut dup,
+                &with_episodes(vec![a.clone(), a.clone()]),
+                Starvation
+            ),
+            1
+        );
+    }
+
+    #[test]
+    fn starvation_family_starts_at_zero_for_every_kind() {
+        let rec = sample_recording();
+        assert!(rec.starvation_episodes.is_none());
+        let t = full_text(&rec, &opts(20));
+        for (kind, probable) in [
+            ("starvation", "false"),
+            ("starvation", "true"),
+            ("long-hold", "false"),
+            ("long-hold", "true"),
+        ] {
+            let line = format!(
+                "lockscope_starvation_episodes_total{{kind=\"{kind}\",probable=\"{probable}\",tier=\"tracepoint\"}} 0\n"
+            );
+            assert!(t.contains(&line), "{line} in {t}");
+        }
+        let t = full_text(&full_recording(), &opts(20));
+        assert!(t.contains("lockscope_starvation_episodes_total{kind=\"starvation\",probable=\"true\",tier=\"tracepoint\"} 1\n"), "{t}");
+        let mut o = opts(20);
+        o.starvation = false;
+        assert!(!full_text(&rec, &o).contains(STARVATION_EPISODES));
     }
 }

@@ -5,10 +5,11 @@ use std::collections::HashMap;
 use anyhow::Context as _;
 use aya::{
     Ebpf,
-    maps::{HashMap as BpfHashMap, MapData, PerCpuArray, PerCpuHashMap},
+    maps::{MapData, PerCpuArray},
 };
 use lockscope_common::{FUTEX_COUNTERS_LEN, FutexCall, FutexKey, FutexStats};
 
+use super::batch;
 use crate::{
     aggregate::futex::{FutexSnapshot, FutexTotals},
     decode::comm_to_string,
@@ -33,23 +34,13 @@ pub fn read_futex(ebpf: &Ebpf, comms: &mut HashMap<u32, String>) -> anyhow::Resu
         counters: read_futex_counters(ebpf)?,
         ..Default::default()
     };
-    let stats: PerCpuHashMap<&MapData, FutexKey, FutexStats> =
-        PerCpuHashMap::try_from(ebpf.map("FUTEX_STATS").context("FUTEX_STATS map")?)?;
-    for entry in stats.iter() {
-        let (key, values) = entry.context("reading FUTEX_STATS")?;
-        snap.stats
-            .push((key, FutexTotals::merge_cpus(values.iter())));
-    }
-    let calls: BpfHashMap<&MapData, u32, FutexCall> =
-        BpfHashMap::try_from(ebpf.map("FUTEX_CALLS").context("FUTEX_CALLS map")?)?;
-    for entry in calls.iter() {
-        let (_, call) = entry.context("reading FUTEX_CALLS")?;
+    snap.stats = batch::percpu_entries::<FutexKey, FutexStats, _>(ebpf, "FUTEX_STATS", |cpus| {
+        FutexTotals::merge_cpus(cpus.collect::<Vec<_>>().iter())
+    })?;
+    for (_, call) in batch::hash_entries::<u32, FutexCall>(ebpf, "FUTEX_CALLS")? {
         *snap.in_progress.entry((call.tgid, call.uaddr)).or_default() += 1;
     }
-    let names: BpfHashMap<&MapData, u32, [u8; 16]> =
-        BpfHashMap::try_from(ebpf.map("FUTEX_COMMS").context("FUTEX_COMMS map")?)?;
-    for entry in names.iter() {
-        let (id, comm) = entry.context("reading FUTEX_COMMS")?;
+    for (id, comm) in batch::hash_entries::<u32, [u8; 16]>(ebpf, "FUTEX_COMMS")? {
         snap.thread_comms.insert(id, comm_to_string(&comm));
     }
     for (key, _) in &snap.stats {

@@ -3,12 +3,13 @@
 
 pub mod remote;
 
+pub mod batch;
 pub mod futex;
 
 use anyhow::Context as _;
 use aya::{
     Ebpf,
-    maps::{HashMap as BpfHashMap, MapData, PerCpuArray, PerCpuHashMap},
+    maps::{MapData, PerCpuArray, PerCpuHashMap},
 };
 use lockscope_common::{
     COUNTERS_LEN, ContentionKey, ContentionStats, LockInfo, RWSEM_COUNTERS_LEN, RwsemEventCounts,
@@ -69,63 +70,51 @@ pub fn read_snapshot(ebpf: &Ebpf, futex: bool) -> anyhow::Result<RawSnapshot> {
         ..Default::default()
     };
 
-    let stats: PerCpuHashMap<&MapData, ContentionKey, ContentionStats> = PerCpuHashMap::try_from(
-        ebpf.map("CONTENTION_STATS")
-            .context("CONTENTION_STATS map")?,
+    // Whole-map reads in batches (see `batch`): a few syscalls per map, not two per entry.
+    raw.stats = batch::percpu_entries::<ContentionKey, ContentionStats, _>(
+        ebpf,
+        "CONTENTION_STATS",
+        |cpus| merge_cpus(cpus.collect::<Vec<_>>().iter()),
     )?;
-    for entry in stats.iter() {
-        let (key, values) = entry.context("reading CONTENTION_STATS")?;
-        raw.stats.push((key, merge_cpus(values.iter())));
-    }
+    raw.lock_info = batch::hash_entries::<u64, LockInfo>(ebpf, "LOCK_INFO")?
+        .into_iter()
+        .collect();
+    raw.comms = batch::hash_entries::<u32, [u8; 16]>(ebpf, "COMMS")?
+        .into_iter()
+        .map(|(tgid, comm)| (tgid, comm_to_string(&comm)))
+        .collect();
+    raw.stacks = batch::hash_entries::<u64, StackFrames>(ebpf, "STACKS")?
+        .into_iter()
+        .map(|(hash, frames)| {
+            (
+                hash,
+                frames.iter().copied().take_while(|&ip| ip != 0).collect(),
+            )
+        })
+        .collect();
 
-    let info: BpfHashMap<&MapData, u64, LockInfo> =
-        BpfHashMap::try_from(ebpf.map("LOCK_INFO").context("LOCK_INFO map")?)?;
-    for entry in info.iter() {
-        let (lock, li) = entry.context("reading LOCK_INFO")?;
-        raw.lock_info.insert(lock, li);
-    }
-
-    let comms: BpfHashMap<&MapData, u32, [u8; 16]> =
-        BpfHashMap::try_from(ebpf.map("COMMS").context("COMMS map")?)?;
-    for entry in comms.iter() {
-        let (tgid, comm) = entry.context("reading COMMS")?;
-        raw.comms.insert(tgid, comm_to_string(&comm));
-    }
-
-    let stacks: BpfHashMap<&MapData, u64, StackFrames> =
-        BpfHashMap::try_from(ebpf.map("STACKS").context("STACKS map")?)?;
-    for entry in stacks.iter() {
-        let (hash, frames) = entry.context("reading STACKS")?;
-        raw.stacks.insert(
-            hash,
-            frames.iter().copied().take_while(|&ip| ip != 0).collect(),
-        );
-    }
-
-    let task_waits: BpfHashMap<&MapData, u32, WaitStart> =
-        BpfHashMap::try_from(ebpf.map("TASK_WAITS").context("TASK_WAITS map")?)?;
+    let waiting = batch::hash_entries::<u32, WaitStart>(ebpf, "TASK_WAITS")?.len();
     let cpu_depth: PerCpuArray<&MapData, u32> =
         PerCpuArray::try_from(ebpf.map("CPU_WAIT_DEPTH").context("CPU_WAIT_DEPTH map")?)?;
     let spinning: u64 = cpu_depth.get(&0, 0)?.iter().map(|&d| d as u64).sum();
-    raw.in_progress = task_waits.keys().count() as u64 + spinning;
+    raw.in_progress = waiting as u64 + spinning;
     if futex {
         raw.futex = futex::read_futex(ebpf, &mut raw.comms)?;
     }
 
-    let events: PerCpuHashMap<&MapData, RwsemEventKey, RwsemEventCounts> = PerCpuHashMap::try_from(
-        ebpf.map("RWSEM_EVENT_STATS")
-            .context("RWSEM_EVENT_STATS map")?,
-    )?;
-    for entry in events.iter() {
-        let (key, values) = entry.context("reading RWSEM_EVENT_STATS")?;
-        let mut sum = RwsemEventCounts::default();
-        for cpu in values.iter() {
-            for (s, v) in sum.n.iter_mut().zip(cpu.n.iter()) {
-                *s += v;
+    raw.rwsem_events = batch::percpu_entries::<RwsemEventKey, RwsemEventCounts, _>(
+        ebpf,
+        "RWSEM_EVENT_STATS",
+        |cpus| {
+            let mut sum = RwsemEventCounts::default();
+            for cpu in cpus {
+                for (s, v) in sum.n.iter_mut().zip(cpu.n.iter()) {
+                    *s += v;
+                }
             }
-        }
-        raw.rwsem_events.push((key, sum));
-    }
+            sum
+        },
+    )?;
     let counters: PerCpuArray<&MapData, u64> =
         PerCpuArray::try_from(ebpf.map("RWSEM_COUNTERS").context("RWSEM_COUNTERS map")?)?;
     raw.rwsem_counters = (0..RWSEM_COUNTERS_LEN)

@@ -2,9 +2,11 @@
 //! TP-futex series' `perf bench futex mutex`: a wait-wake mutex (Drepper's three-state
 //! mutex from "Futexes Are Tricky") or, with `--pi`, a PI futex mutex (the word holds the
 //! owner's TID; contended lock and unlock go through FUTEX_LOCK_PI / FUTEX_UNLOCK_PI).
+//! With `--locks N` the threads walk N distinct mutexes together, so that N futex words
+//! are contended (label-cardinality tests of `lockscope serve`).
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use super::futex_sys::{FutexCounts, gettid, print_summary, run_threads, spin_work};
 
@@ -32,7 +34,24 @@ pub struct FutexMutexArgs {
     /// Busy-work steps between releasing the lock and taking it again.
     #[arg(long, value_name = "STEPS", default_value_t = 20)]
     pub gap: u32,
+
+    /// Number of distinct mutexes (futex words). All threads take the same mutex for
+    /// OPS_PER_LOCK (16) consecutive acquisitions in all, then move on to the next one,
+    /// round-robin over the N mutexes, so every one of them is contended. The counts
+    /// printed are totals over all mutexes; `locks:` gives N and `lock:` the first
+    /// mutex's address (the others follow, one every 64 bytes).
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub locks: u32,
 }
+
+/// Consecutive acquisitions (over all threads) of one mutex before the threads move on
+/// to the next, with `--locks N`.
+pub const OPS_PER_LOCK: u64 = 16;
+
+/// One futex word on its own cache line (no false sharing between the mutexes).
+#[repr(align(64))]
+#[derive(Default)]
+struct Word(AtomicU32);
 
 /// Drepper's mutex: 0 unlocked, 1 locked, 2 locked with (possible) waiters.
 pub fn ww_lock(word: &AtomicU32, c: &mut FutexCounts) {
@@ -75,32 +94,53 @@ pub fn pi_unlock(word: &AtomicU32, tid: u32, c: &mut FutexCounts) {
     }
 }
 
+/// Which of `n` mutexes the `ticket`-th acquisition (over all threads) takes.
+pub fn lock_index(ticket: u64, n: u32) -> usize {
+    if n <= 1 {
+        0
+    } else {
+        ((ticket / OPS_PER_LOCK) % n as u64) as usize
+    }
+}
+
 pub fn run(args: &FutexMutexArgs) -> anyhow::Result<()> {
-    let word = Arc::new(AtomicU32::new(0));
-    let addr = word.as_ptr() as usize;
-    let (pi, load, gap) = (args.pi, args.load, args.gap);
-    let w = word.clone();
+    let words: Arc<Vec<Word>> = Arc::new((0..args.locks).map(|_| Word::default()).collect());
+    let addr = words[0].0.as_ptr() as usize;
+    let (pi, load, gap, n) = (args.pi, args.load, args.gap, args.locks);
+    let w = words.clone();
+    // Shared ticket counter: only touched with more than one mutex.
+    let tickets = Arc::new(AtomicU64::new(0));
     let (counts, real) = run_threads("futex-mutex", args.threads, args.seconds, move |_, c| {
         thread_local!(static TID: u32 = gettid());
+        let i = if n > 1 {
+            lock_index(tickets.fetch_add(1, Ordering::Relaxed), n)
+        } else {
+            0
+        };
+        let word = &w[i].0;
         if pi {
             let tid = TID.with(|t| *t);
-            pi_lock(&w, tid, c);
+            pi_lock(word, tid, c);
             spin_work(load);
-            pi_unlock(&w, tid, c);
+            pi_unlock(word, tid, c);
         } else {
-            ww_lock(&w, c);
+            ww_lock(word, c);
             spin_work(load);
-            ww_unlock(&w, c);
+            ww_unlock(word, c);
         }
         c.ops += 1;
         spin_work(gap);
     })?;
     println!(
-        "futex-mutex: threads={} seconds={} kind={}",
+        "futex-mutex: threads={} seconds={} kind={} locks={}",
         args.threads,
         args.seconds,
-        if pi { "pi" } else { "wait-wake" }
+        if pi { "pi" } else { "wait-wake" },
+        args.locks
     );
+    if args.locks > 1 {
+        println!("locks: {}", args.locks);
+    }
     print_summary(addr, &counts, real);
     Ok(())
 }
@@ -146,6 +186,19 @@ mod tests {
         assert_eq!(n, total.ops);
         assert_eq!(total.errors, 0);
         assert!(total.eagain <= total.wait_calls);
+    }
+
+    #[test]
+    fn threads_walk_the_locks_together_round_robin() {
+        assert_eq!(lock_index(5, 1), 0);
+        assert_eq!(lock_index(OPS_PER_LOCK - 1, 3), 0);
+        assert_eq!(lock_index(OPS_PER_LOCK, 3), 1);
+        assert_eq!(lock_index(3 * OPS_PER_LOCK, 3), 0);
+        // Every lock gets its turn within one sweep.
+        let seen: std::collections::HashSet<usize> = (0..10_000 * OPS_PER_LOCK)
+            .map(|t| lock_index(t, 10_000))
+            .collect();
+        assert_eq!(seen.len(), 10_000);
     }
 
     #[test]

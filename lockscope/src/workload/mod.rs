@@ -89,6 +89,12 @@ pub enum Workload {
     /// address, total lock/unlock pairs and per-thread rates (avg/min/max), so
     /// `lockscope record -- lockscope workload futex-mutex` can be checked
     /// exactly against the workload's own counts.
+    ///
+    /// --locks N spreads the threads over N distinct mutexes: they take the
+    /// same mutex for 16 acquisitions in all, then move on to the next one,
+    /// round-robin, so all N futex words are contended (e.g. `--locks 10000`
+    /// for label-cardinality tests of `lockscope serve`). The counts printed
+    /// are totals over all N mutexes.
     #[command(verbatim_doc_comment)]
     FutexMutex(FutexMutexArgs),
 
