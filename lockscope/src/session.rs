@@ -15,7 +15,7 @@ use crate::{
     },
     probe::{LoadOptions, Probes, features, rwsem::RT_NOTE},
     source::{read_counters, read_lock_totals, read_snapshot},
-    symbolize::KernelNames,
+    symbolize::{KernelNames, user::UserNames},
 };
 
 pub struct Session {
@@ -28,6 +28,8 @@ pub struct Session {
     stopped_after: Option<f64>,
     /// User-space lock types asked for (`None`: all).
     futex_types: Option<Vec<crate::decode::LockType>>,
+    /// User call sites of pthread locks: process maps kept past the processes' exits.
+    user_names: UserNames,
 }
 
 impl Session {
@@ -46,6 +48,7 @@ impl Session {
                 .types
                 .as_ref()
                 .map(|ts| ts.iter().copied().filter(|t| t.is_user()).collect()),
+            user_names: UserNames::new(),
         })
     }
 
@@ -64,6 +67,7 @@ impl Session {
     pub fn snapshot(&self) -> anyhow::Result<Recording> {
         let mut raw = read_snapshot(self.probes.ebpf(), self.probes.futex)?;
         raw.futex.types = self.futex_types.clone();
+        self.fill_pthread(&mut raw.futex.pthread);
         let mut lost = lost_counts(&raw.counters);
         let mut locks = build_locks(&raw, &self.names, &mut lost);
         let deep = &self.probes.rwsem;
@@ -119,5 +123,37 @@ impl Session {
 
     pub fn probes(&self) -> &Probes {
         &self.probes
+    }
+
+    /// Read the memory maps of processes with new pthread call sites while they live, so
+    /// that the sites can be named after the processes exit. Cheap; call it often.
+    pub fn observe_user_sites(&self) {
+        if self.probes.pthread.active()
+            && let Ok(keys) = crate::source::futex::read_pthread_site_keys(self.probes.ebpf())
+        {
+            self.user_names.observe(&keys);
+        }
+    }
+
+    /// Attribute pthread locks of process `pid` too (a launched command): probe the C
+    /// libraries it maps that are not probed yet. Returns notes on what cannot be probed.
+    pub fn attach_pthread_pid(&mut self, pid: u32) -> Vec<String> {
+        let before = self.probes.pthread.notes.len();
+        self.probes.attach_pthread_pid(pid);
+        self.probes.pthread.notes[before..].to_vec()
+    }
+
+    /// Record a note on pthread attribution (kept in the recording's `futex_events`).
+    pub fn pthread_note(&mut self, note: String) {
+        self.probes.pthread.notes.push(note);
+    }
+
+    fn fill_pthread(&self, p: &mut crate::aggregate::pthread::PthreadSnapshot) {
+        let pt = &self.probes.pthread;
+        p.active = pt.active();
+        p.libraries = pt.libraries.iter().map(|l| l.path.clone()).collect();
+        p.notes = pt.notes.clone();
+        let keys: Vec<(u32, u64)> = p.sites.iter().map(|s| (s.key.tgid, s.key.site)).collect();
+        p.site_names = self.user_names.names(&keys);
     }
 }
