@@ -35,6 +35,11 @@ pub struct Session {
 impl Session {
     /// Load and attach the probes. `target` describes what is traced, for reports.
     pub fn start(opts: &LoadOptions, target: String) -> anyhow::Result<Self> {
+        // The targets' maps, before loading (seconds on a busy machine), in case they exit.
+        let user_names = UserNames::new();
+        if let crate::probe::Target::Pids(pids) = &opts.target {
+            pids.iter().for_each(|&p| user_names.remember(p));
+        }
         let probes = Probes::load(opts)?;
         Ok(Self {
             probes,
@@ -48,7 +53,7 @@ impl Session {
                 .types
                 .as_ref()
                 .map(|ts| ts.iter().copied().filter(|t| t.is_user()).collect()),
-            user_names: UserNames::new(),
+            user_names,
         })
     }
 
@@ -141,6 +146,11 @@ impl Session {
         let before = self.probes.pthread.notes.len();
         self.probes.attach_pthread_pid(pid);
         self.probes.pthread.notes[before..].to_vec()
+    }
+
+    /// Read process `pid`'s maps now, to name its call sites should it exit early.
+    pub fn remember_process(&self, pid: u32) {
+        self.user_names.remember(pid);
     }
 
     /// Record a note on pthread attribution (kept in the recording's `futex_events`).

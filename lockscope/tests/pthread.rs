@@ -288,8 +288,9 @@ fn a_pid_that_exits_mid_trace_keeps_its_data() {
             "pthread-mutex",
             "--threads",
             "4",
+            // Long enough to outlast loading the probes on a busy machine (seconds).
             "--seconds",
-            "2.5",
+            "10",
             "--load",
             "300",
         ])
@@ -301,20 +302,27 @@ fn a_pid_that_exits_mid_trace_keeps_its_data() {
     let t0 = Instant::now();
     let out = run_ok(
         lockscope()
-            .args(["record", "-d", "60", "--pid", &pid.to_string(), "-o"])
+            .args(["record", "-d", "300", "--pid", &pid.to_string(), "-o"])
             .arg(&file),
     );
     let took = t0.elapsed();
     let target_out = target.wait_with_output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     // record stops when its target is gone, long before -d, and says so.
-    assert!(took < Duration::from_secs(20), "record ran {took:?}");
+    assert!(took < Duration::from_secs(120), "record ran {took:?}");
     assert!(
         stderr.contains(&format!("lockscope: note: pid {pid} exited after")),
         "{stderr}"
     );
     let rec = read_json(&file);
-    assert_nothing_lost(&rec);
+    for k in [
+        "futex_call_map_full",
+        "futex_stats_map_full",
+        "pthread_call_map_full",
+        "pthread_site_map_full",
+    ] {
+        assert_eq!(rec["lost"][k], 0, "{:#}", rec["lost"]);
+    }
     let addr = summary(&String::from_utf8_lossy(&target_out.stdout))["lock"].clone();
     let l = locks(&rec)
         .iter()

@@ -217,6 +217,7 @@ async fn attach_command_libc(session: &mut Session, pid: u32) {
     for _ in 0..40 {
         match crate::probe::pthread::libcs_of_pid(pid) {
             Ok(libs) if !libs.is_empty() => {
+                session.remember_process(pid);
                 for note in session.attach_pthread_pid(pid) {
                     eprintln!("lockscope: note: {note}");
                 }

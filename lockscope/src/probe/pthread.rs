@@ -104,6 +104,10 @@ pub fn is_static_elf(path: &Path) -> anyhow::Result<bool> {
 pub fn libcs_of_pid(pid: u32) -> anyhow::Result<Vec<(PathBuf, String)>> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/maps"))
         .with_context(|| format!("reading /proc/{pid}/maps"))?;
+    if text.is_empty() {
+        // A zombie: its memory is gone.
+        anyhow::bail!("pid {pid} has exited");
+    }
     Ok(libc_paths(&parse_maps(&text))
         .into_iter()
         .map(|p| (PathBuf::from(format!("/proc/{pid}/root{p}")), p))

@@ -33,6 +33,17 @@ impl UserNames {
         Self::default()
     }
 
+    /// Read process `pid`'s maps now (a target known before its call sites are): its
+    /// sites can then be named even if it exits before they are observed.
+    pub fn remember(&self, pid: u32) {
+        if let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/maps")) {
+            let parsed = parse_maps(&text);
+            if !parsed.is_empty() {
+                self.maps.borrow_mut().insert(pid, parsed);
+            }
+        }
+    }
+
     /// Make sure the maps of each site's process cover the site, reading
     /// `/proc/PID/maps` again where they do not (a library loaded later). Processes that
     /// are gone keep the maps read before.
