@@ -282,7 +282,7 @@ fn a_pid_that_exits_mid_trace_keeps_its_data() {
     let _serial = serial();
     let dir = scratch("pthread-pid-exit");
     let file = dir.join("f.json");
-    let mut target = Command::new(bin())
+    let target = Command::new(bin())
         .args([
             "workload",
             "pthread-mutex",

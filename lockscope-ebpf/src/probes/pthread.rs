@@ -14,7 +14,7 @@
 use aya_ebpf::{
     EbpfContext as _, Global,
     bindings::{BPF_F_NO_PREALLOC, BPF_NOEXIST},
-    helpers::{bpf_get_attach_cookie, bpf_get_current_pid_tgid, bpf_probe_read_user},
+    helpers::{bpf_get_attach_cookie, bpf_get_current_pid_tgid},
     macros::{map, uprobe, uretprobe},
     maps::{HashMap, PerCpuArray, PerCpuHashMap},
     programs::{ProbeContext, RetProbeContext},
@@ -61,7 +61,7 @@ fn return_address(ctx: &ProbeContext) -> Option<u64> {
     let regs = unsafe { &*ctx.regs };
     #[cfg(bpf_target_arch = "x86_64")]
     {
-        unsafe { bpf_probe_read_user(regs.rsp as *const u64) }.ok()
+        unsafe { aya_ebpf::helpers::bpf_probe_read_user(regs.rsp as *const u64) }.ok()
     }
     #[cfg(bpf_target_arch = "aarch64")]
     {

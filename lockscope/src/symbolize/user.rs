@@ -19,6 +19,9 @@ use blazesym::symbolize::{
 use super::frame_text;
 use crate::decode::procmaps::{Mapping, file_offset, parse_maps};
 
+/// A call site: (tgid, user address).
+type Site = (u32, u64);
+
 #[derive(Default)]
 pub struct UserNames {
     symbolizer: Symbolizer,
@@ -74,7 +77,7 @@ impl UserNames {
         let maps = self.maps.borrow();
         let mut names = self.names.borrow_mut();
         // Unnamed sites grouped by file: one symbolizer call per file.
-        let mut by_file: BTreeMap<PathBuf, Vec<((u32, u64), u64)>> = BTreeMap::new();
+        let mut by_file: BTreeMap<PathBuf, Vec<(Site, u64)>> = BTreeMap::new();
         for &(tgid, addr) in sites {
             if names.contains_key(&(tgid, addr)) {
                 continue;
