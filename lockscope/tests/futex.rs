@@ -155,7 +155,7 @@ fn futex_rwlock_counts_equal_the_workloads_own() {
 }
 
 #[test]
-fn pthread_mutex_shows_as_a_futex_at_the_mutex_address() {
+fn pthread_mutex_shows_at_the_mutex_address() {
     let _serial = serial();
     let (s, l, rec) = record_workload(
         "pthread-mutex",
