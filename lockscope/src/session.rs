@@ -15,7 +15,7 @@ use crate::{
     },
     probe::{LoadOptions, Probes, features, rwsem::RT_NOTE},
     source::{read_counters, read_lock_totals, read_snapshot},
-    symbolize::KernelNames,
+    symbolize::{KernelNames, user::UserNames},
 };
 
 pub struct Session {
@@ -30,11 +30,18 @@ pub struct Session {
     futex_types: Option<Vec<crate::decode::LockType>>,
     /// Symbolized stacks, kept across snapshots.
     stack_texts: std::cell::RefCell<StackTexts>,
+    /// User call sites of pthread locks: process maps kept past the processes' exits.
+    user_names: UserNames,
 }
 
 impl Session {
     /// Load and attach the probes. `target` describes what is traced, for reports.
     pub fn start(opts: &LoadOptions, target: String) -> anyhow::Result<Self> {
+        // The targets' maps, before loading (seconds on a busy machine), in case they exit.
+        let user_names = UserNames::new();
+        if let crate::probe::Target::Pids(pids) = &opts.target {
+            pids.iter().for_each(|&p| user_names.remember(p));
+        }
         let probes = Probes::load(opts)?;
         Ok(Self {
             probes,
@@ -49,6 +56,7 @@ impl Session {
                 .as_ref()
                 .map(|ts| ts.iter().copied().filter(|t| t.is_user()).collect()),
             stack_texts: Default::default(),
+            user_names,
         })
     }
 
@@ -67,6 +75,7 @@ impl Session {
     pub fn snapshot(&self) -> anyhow::Result<Recording> {
         let mut raw = read_snapshot(self.probes.ebpf(), self.probes.futex)?;
         raw.futex.types = self.futex_types.clone();
+        self.fill_pthread(&mut raw.futex.pthread);
         let mut lost = lost_counts(&raw.counters);
         let mut locks = build_locks_cached(
             &raw,
@@ -127,5 +136,42 @@ impl Session {
 
     pub fn probes(&self) -> &Probes {
         &self.probes
+    }
+
+    /// Read the memory maps of processes with new pthread call sites while they live, so
+    /// that the sites can be named after the processes exit. Cheap; call it often.
+    pub fn observe_user_sites(&self) {
+        if self.probes.pthread.active()
+            && let Ok(keys) = crate::source::futex::read_pthread_site_keys(self.probes.ebpf())
+        {
+            self.user_names.observe(&keys);
+        }
+    }
+
+    /// Attribute pthread locks of process `pid` too (a launched command): probe the C
+    /// libraries it maps that are not probed yet. Returns notes on what cannot be probed.
+    pub fn attach_pthread_pid(&mut self, pid: u32) -> Vec<String> {
+        let before = self.probes.pthread.notes.len();
+        self.probes.attach_pthread_pid(pid);
+        self.probes.pthread.notes[before..].to_vec()
+    }
+
+    /// Read process `pid`'s maps now, to name its call sites should it exit early.
+    pub fn remember_process(&self, pid: u32) {
+        self.user_names.remember(pid);
+    }
+
+    /// Record a note on pthread attribution (kept in the recording's `futex_events`).
+    pub fn pthread_note(&mut self, note: String) {
+        self.probes.pthread.notes.push(note);
+    }
+
+    fn fill_pthread(&self, p: &mut crate::aggregate::pthread::PthreadSnapshot) {
+        let pt = &self.probes.pthread;
+        p.active = pt.active();
+        p.libraries = pt.libraries.iter().map(|l| l.path.clone()).collect();
+        p.notes = pt.notes.clone();
+        let keys: Vec<(u32, u64)> = p.sites.iter().map(|s| (s.key.tgid, s.key.site)).collect();
+        p.site_names = self.user_names.names(&keys);
     }
 }

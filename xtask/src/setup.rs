@@ -29,6 +29,9 @@ pub const DEBIAN_PACKAGES: &[&str] = &[
     "chromium",
     // `lockscope serve` tests: a real Prometheus server scrapes it; promtool lints.
     "prometheus",
+    // pthread tests: a statically linked C program (no shared libc to probe).
+    "gcc",
+    "libc6-dev",
 ];
 
 /// Toolchain that builds the eBPF crate (`-Z build-std` needs nightly).

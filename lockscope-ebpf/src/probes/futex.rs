@@ -288,6 +288,14 @@ fn on_exit(ret: i64, from_restart_syscall: bool) {
     fcount(FCNT_EXIT);
     let now = unsafe { bpf_ktime_get_ns() };
     account(&call, ret, now, false);
+    // Inside a pthread lock function? Name the word after its lock object.
+    let waited = match futex_outcome(futex_class(call.cmd), ret) {
+        FUTEX_OUTCOME_WAITED => PTHREAD_WAITED,
+        FUTEX_OUTCOME_TIMEOUT | FUTEX_OUTCOME_INTERRUPTED => PTHREAD_WAIT_FAILED,
+        _ => PTHREAD_NO_WAIT,
+    };
+    let wait_ns = now.saturating_sub(call.ts_ns);
+    crate::probes::pthread::attribute(call.tgid, call.uaddr, wait_ns, waited);
 }
 
 /// Fold one finished call into its (tgid, uaddr) entry. `unpaired`: the call's exit
@@ -380,7 +388,7 @@ fn account(call: &FutexCall, ret: i64, now: u64, unpaired: bool) {
 }
 
 #[inline(always)]
-fn add_wait(w: &mut ContentionStats, wait: u64, failed: bool) {
+pub fn add_wait(w: &mut ContentionStats, wait: u64, failed: bool) {
     if w.count == 0 || wait < w.min_ns {
         w.min_ns = wait;
     }

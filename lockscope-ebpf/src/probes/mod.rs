@@ -3,5 +3,6 @@
 pub mod contention;
 pub mod feature;
 pub mod futex;
+pub mod pthread;
 pub mod rwsem;
 pub mod sched;

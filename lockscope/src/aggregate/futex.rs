@@ -8,7 +8,11 @@ use serde::{Deserialize, Serialize};
 
 use super::{
     WaitStats,
-    recording::{LockEntry, TaskEntry},
+    pthread::{
+        PthreadEvents, PthreadLock, PthreadSite, PthreadSnapshot, attribution, pthread_lost,
+        pthread_name,
+    },
+    recording::{CallerEntry, LockEntry, TaskEntry},
 };
 use crate::decode::{LockType, futex::FutexCmd};
 
@@ -25,6 +29,8 @@ pub struct FutexSnapshot {
     pub thread_comms: HashMap<u32, String>,
     /// Which user-space types to report (`None`: all).
     pub types: Option<Vec<LockType>>,
+    /// pthread attribution: call sites per futex word (empty without libc uprobes).
+    pub pthread: PthreadSnapshot,
 }
 
 /// One (tgid, uaddr) entry summed over CPUs.
@@ -142,6 +148,9 @@ pub struct UserLock {
     pub pid: u32,
     pub comm: String,
     pub futex: FutexInfo,
+    /// The pthread mutex / rwlock this futex word belongs to, when attributed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pthread: Option<PthreadLock>,
 }
 
 /// Futex activity over the whole recording, for the `futex_events` object.
@@ -159,6 +168,9 @@ pub struct FutexEvents {
     pub in_progress_at_end: u64,
     /// Calls on futex words of a type not asked for (`--types`).
     pub type_filtered: u64,
+    /// pthread attribution (libc uprobes): libraries probed, notes, counts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pthread: Option<PthreadEvents>,
 }
 
 impl FutexInfo {
@@ -214,13 +226,15 @@ impl FutexEvents {
             restart_abandoned: c[FCNT_RESTART_ABANDONED as usize],
             in_progress_at_end: s.in_progress.values().sum(),
             type_filtered,
+            pthread: (s.pthread.active || !s.pthread.notes.is_empty())
+                .then(|| PthreadEvents::from_snapshot(&s.pthread)),
         }
     }
 }
 
 /// The `lost` counters of the futex probes, by name.
 pub fn futex_lost(s: &FutexSnapshot) -> BTreeMap<String, u64> {
-    [FCNT_LOST_STATS_FULL, FCNT_LOST_CALL_FULL]
+    let mut lost: BTreeMap<String, u64> = [FCNT_LOST_STATS_FULL, FCNT_LOST_CALL_FULL]
         .into_iter()
         .map(|i| {
             (
@@ -228,7 +242,11 @@ pub fn futex_lost(s: &FutexSnapshot) -> BTreeMap<String, u64> {
                 s.counters[i as usize],
             )
         })
-        .collect()
+        .collect();
+    if s.pthread.active {
+        lost.extend(pthread_lost(&s.pthread));
+    }
+    lost
 }
 
 /// Calls on futex words whose type was not asked for (`--types`).
@@ -255,12 +273,22 @@ pub fn build_futex_locks(s: &FutexSnapshot, comms: &HashMap<u32, String>) -> (Ve
     let mut filtered = 0u64;
     let mut seen: BTreeMap<(u32, u64), ()> = BTreeMap::new();
     let mut out = Vec::new();
+    let mut sites: HashMap<(u32, u64), Vec<&PthreadSite>> = HashMap::new();
+    for site in &s.pthread.sites {
+        sites
+            .entry((site.key.tgid, site.key.uaddr))
+            .or_default()
+            .push(site);
+    }
     for (key, t) in &s.stats {
         seen.insert((key.tgid, key.uaddr), ());
-        let lock_type = if t.is_pi() {
-            LockType::FutexPi
-        } else {
-            LockType::Futex
+        let pthread = sites
+            .get(&(key.tgid, key.uaddr))
+            .and_then(|v| attribution(v, &s.pthread.site_names));
+        let lock_type = match &pthread {
+            Some((t, _, _)) => *t,
+            None if t.is_pi() => LockType::FutexPi,
+            None => LockType::Futex,
         };
         if s.types.as_ref().is_some_and(|ts| !ts.contains(&lock_type)) {
             filtered += t.counts.calls.iter().sum::<u64>();
@@ -272,14 +300,18 @@ pub fn build_futex_locks(s: &FutexSnapshot, comms: &HashMap<u32, String>) -> (Ve
             .copied()
             .unwrap_or(0);
         let owner_comm = s.thread_comms.get(&(t.counts.pi_owner_tid as u32));
-        out.push(entry(
+        let mut e = entry(
             key.tgid,
             key.uaddr,
             lock_type,
             comms,
             t.wait.clone(),
             FutexInfo::from_totals(t, in_progress, owner_comm.map(String::as_str)),
-        ));
+        );
+        if let Some((_, lock, callers)) = pthread {
+            attribute(&mut e, lock, callers);
+        }
+        out.push(e);
     }
     // Words with a call in progress but none finished (a thread blocked the whole time).
     for (&(tgid, uaddr), &n) in &s.in_progress {
@@ -327,9 +359,23 @@ fn entry(
         }],
         stats,
         callers: Vec::new(),
-        user: Some(UserLock { pid, comm, futex }),
+        user: Some(UserLock {
+            pid,
+            comm,
+            futex,
+            pthread: None,
+        }),
         events: None,
     }
+}
+
+/// Name a futex word's entry after its pthread lock, with the user call sites as callers.
+fn attribute(e: &mut LockEntry, lock: PthreadLock, callers: Vec<CallerEntry>) {
+    if let Some(user) = e.user.as_mut() {
+        e.name = pthread_name(e.lock_type, &lock, &user.comm, user.pid);
+        user.pthread = Some(lock);
+    }
+    e.callers = callers;
 }
 
 #[cfg(test)]
@@ -431,6 +477,60 @@ mod tests {
         assert_eq!(futex_type_filtered(&snap), 3);
         snap.types = None;
         assert_eq!(futex_type_filtered(&snap), 0);
+    }
+
+    #[test]
+    fn attributed_words_are_named_after_their_pthread_lock() {
+        use crate::aggregate::pthread::PthreadSite;
+        let mut snap = FutexSnapshot::default();
+        let k = |uaddr| FutexKey {
+            uaddr,
+            tgid: 5,
+            _pad: 0,
+        };
+        let w = wait(2_000, 2);
+        let mut t = FutexTotals::merge_cpus([&stats(|s| s.calls[FUTEX_WAIT as usize] = 2)]);
+        t.wait = w.clone();
+        snap.stats.push((k(0x7000), t.clone()));
+        snap.stats.push((k(0x9000), t));
+        snap.pthread.active = true;
+        snap.pthread.sites.push(PthreadSite {
+            key: PthreadSiteKey {
+                uaddr: 0x7000,
+                site: 0x5555_0000_1234,
+                tgid: 5,
+                func: PTHREAD_FN_MUTEX_LOCK,
+            },
+            obj: 0x7000,
+            calls: 2,
+            wait: w.clone(),
+        });
+        snap.pthread
+            .site_names
+            .insert((5, 0x5555_0000_1234), "worker+0x24".to_owned());
+        let comms: HashMap<u32, String> = [(5, "app".to_owned())].into();
+        let (locks, _) = build_futex_locks(&snap, &comms);
+        let m = &locks[0];
+        assert_eq!(m.lock_type, LockType::PthreadMutex);
+        assert_eq!(m.name, "pthread-mutex 0x7000 of app[5]");
+        assert_eq!(m.callers.len(), 1);
+        assert_eq!(m.callers[0].caller, "worker+0x24");
+        assert_eq!(m.callers[0].stats, w);
+        let j = serde_json::to_value(m).unwrap();
+        assert_eq!(j["type"], "pthread-mutex");
+        assert_eq!(j["pthread"]["object"], "0x7000");
+        assert_eq!(j["pthread"]["kind"], "mutex");
+        let back: LockEntry = serde_json::from_value(j).unwrap();
+        assert_eq!(&back, m);
+        // No call site on the other word: it stays a futex named by address.
+        assert_eq!(locks[1].lock_type, LockType::Futex);
+        assert!(locks[1].callers.is_empty());
+        // Filtering by type sees the attributed type.
+        snap.types = Some(vec![LockType::Futex]);
+        let (locks, filtered) = build_futex_locks(&snap, &comms);
+        assert_eq!(locks.len(), 1);
+        assert_eq!(filtered, 2);
+        assert_eq!(futex_lost(&snap)["pthread_site_map_full"], 0);
     }
 
     #[test]

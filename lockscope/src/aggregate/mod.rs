@@ -1,6 +1,7 @@
 //! Aggregation: wait statistics, the recording model, and report rows. Pure.
 
 pub mod futex;
+pub mod pthread;
 pub mod rates;
 pub mod recording;
 pub mod rows;

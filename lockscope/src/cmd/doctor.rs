@@ -5,7 +5,10 @@ use std::{path::Path, process::ExitCode};
 use crate::probe::{
     btf::{KernelBtf, KernelOffsets, VMLINUX_BTF},
     features,
-    loader::{FUTEX_PROGRAMS, FUTEX_RESTART_EXIT, HookKind, probe_rwsem_hooks, try_load},
+    loader::{
+        FUTEX_PROGRAMS, FUTEX_RESTART_EXIT, HookKind, probe_pthread_uprobes, probe_rwsem_hooks,
+        try_load,
+    },
     rwsem::HOOKS,
 };
 
@@ -38,19 +41,52 @@ fn futex_rows(tracefs: Option<&Path>, can_load: bool) {
         };
         println!("{tp:<26} {:<11} {word:<10} {detail}", "tracepoint");
     }
-    let uprobes = Path::new("/sys/bus/event_source/devices/uprobe").exists();
-    println!(
-        "{:<26} {:<11} {:<10} {}",
-        "pthread attribution",
-        "uprobe",
-        "missing",
-        if uprobes {
-            "kernel has the uprobe PMU; libc uprobes (pthread_mutex_lock, ...) are not in \
-             this version: futex words are named by address"
-        } else {
-            "no uprobe PMU (CONFIG_UPROBE_EVENTS off): futex words are named by address"
+    pthread_row(can_load);
+}
+
+/// pthread attribution: the system C library's lock functions, uprobes tried for real.
+fn pthread_row(can_load: bool) {
+    let row = |status: &str, detail: String| {
+        println!(
+            "{:<26} {:<11} {status:<10} {detail}",
+            "pthread attribution", "uprobe"
+        )
+    };
+    if !Path::new("/sys/bus/event_source/devices/uprobe").exists() {
+        return row(
+            "missing",
+            "no uprobe PMU (CONFIG_UPROBE_EVENTS off): futex words are named by address".into(),
+        );
+    }
+    if !can_load {
+        return row("missing", "not tried: needs BTF and privileges".into());
+    }
+    match probe_pthread_uprobes() {
+        Ok(p) if p.active() => {
+            for lib in &p.libraries {
+                row(
+                    "available",
+                    format!(
+                        "{}: {} (statically linked programs: futex words by address)",
+                        lib.path,
+                        lib.functions.join(", ")
+                    ),
+                );
+            }
         }
-    );
+        Ok(p) => row(
+            "missing",
+            format!(
+                "{}; futex words are named by address",
+                if p.notes.is_empty() {
+                    "no C library found".to_owned()
+                } else {
+                    p.notes.join("; ")
+                }
+            ),
+        ),
+        Err(e) => row("missing", format!("{e:#}")),
+    }
 }
 
 struct Check {

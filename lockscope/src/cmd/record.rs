@@ -15,7 +15,7 @@ use crate::{
     aggregate::timeline::TimelineBuilder,
     cli::RecordArgs,
     decode::LockType,
-    probe::{LoadOptions, Target, features},
+    probe::{LoadOptions, Target, features, pthread::is_static_elf},
     session::Session,
     sink::report::render,
 };
@@ -25,6 +25,8 @@ enum Stop {
     CommandExited(std::process::ExitStatus),
     Interrupted,
     Duration,
+    /// Every `--pid` target exited.
+    TargetsExited,
 }
 
 pub fn run(args: RecordArgs) -> anyhow::Result<ExitCode> {
@@ -33,6 +35,18 @@ pub fn run(args: RecordArgs) -> anyhow::Result<ExitCode> {
     let target_desc = describe_target(&args, &target);
 
     let mut session = Session::start(&LoadOptions { target, types }, target_desc)?;
+    if session.probes().futex
+        && let Some(cmd) = args.command.first()
+        && resolve_command(cmd).is_ok_and(|p| is_static_elf(&p).unwrap_or(false))
+    {
+        session.pthread_note(format!(
+            "`{cmd}` is statically linked: no shared C library to probe, so its pthread \
+             locks show as futex words"
+        ));
+    }
+    for note in &session.probes().pthread.notes {
+        eprintln!("lockscope: note: {note}");
+    }
 
     let start = Instant::now();
     let deadline = args.duration.map(|d| start + Duration::from_secs_f64(d));
@@ -42,13 +56,25 @@ pub fn run(args: RecordArgs) -> anyhow::Result<ExitCode> {
     let mut timeline = TimelineBuilder::new(args.interval);
     let (stop, mut child) = rt.block_on(wait_for_stop(
         &args,
-        &session,
+        &mut session,
         start,
         deadline,
         &mut timeline,
     ))?;
     session.stop();
     clear_status();
+    if let Stop::TargetsExited = stop {
+        eprintln!(
+            "lockscope: note: pid {} exited after {:.1} s: recording stopped, what was traced \
+             until then is kept",
+            args.pids
+                .iter()
+                .map(u32::to_string)
+                .collect::<Vec<_>>()
+                .join(", "),
+            session.elapsed_s()
+        );
+    }
     let mut rec = session.snapshot()?;
     // A last sample after detaching: the timeline's deltas add up to the totals.
     timeline.sample(rec.duration_s, &session.lock_totals()?);
@@ -174,9 +200,38 @@ fn describe_target(args: &RecordArgs, target: &Target) -> String {
     }
 }
 
+/// Has this process exited (gone, or a zombie waiting for its parent)?
+fn process_exited(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state follows the parenthesised command name.
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| matches!(rest.trim_start().chars().next(), Some('Z' | 'X'))),
+        Err(_) => true,
+    }
+}
+
+/// A launched command maps its C library right after exec: probe it when it is not the
+/// system's (waits at most 200 ms for the dynamic loader; a static command maps none).
+async fn attach_command_libc(session: &mut Session, pid: u32) {
+    for _ in 0..40 {
+        match crate::probe::pthread::libcs_of_pid(pid) {
+            Ok(libs) if !libs.is_empty() => {
+                session.remember_process(pid);
+                for note in session.attach_pthread_pid(pid) {
+                    eprintln!("lockscope: note: {note}");
+                }
+                return;
+            }
+            Ok(_) => tokio::time::sleep(Duration::from_millis(5)).await,
+            Err(_) => return,
+        }
+    }
+}
+
 async fn wait_for_stop(
     args: &RecordArgs,
-    session: &Session,
+    session: &mut Session,
     start: Instant,
     deadline: Option<Instant>,
     timeline: &mut TimelineBuilder,
@@ -191,6 +246,14 @@ async fn wait_for_stop(
         ),
         None => None,
     };
+    if let Some(pid) = child.as_ref().and_then(|c| c.id())
+        && session.probes().futex
+    {
+        attach_command_libc(session, pid).await;
+    }
+    let session = &*session;
+    // Read the maps of processes with new pthread call sites while they live.
+    let mut observe = tokio::time::interval(Duration::from_millis(100));
     let live = std::io::stderr().is_terminal();
     let period = Duration::from_secs_f64(args.interval);
     let mut tick = tokio::time::interval_at((start + period).into(), period);
@@ -211,6 +274,12 @@ async fn wait_for_stop(
             } => break Stop::CommandExited(status?),
             _ = tokio::signal::ctrl_c() => break Stop::Interrupted,
             _ = &mut sleep => break Stop::Duration,
+            _ = observe.tick() => {
+                session.observe_user_sites();
+                if !args.pids.is_empty() && args.pids.iter().all(|&p| process_exited(p)) {
+                    break Stop::TargetsExited;
+                }
+            }
             _ = tick.tick() => {
                 timeline.sample(session.elapsed_s(), &session.lock_totals()?);
                 if live {

@@ -1,6 +1,7 @@
 //! Raw map contents -> typed lock events. Pure: no kernel access here.
 
 pub mod futex;
+pub mod procmaps;
 
 use std::fmt;
 
@@ -34,6 +35,10 @@ pub enum LockType {
     Futex,
     /// A user-space PI futex word (LOCK_PI / UNLOCK_PI / TRYLOCK_PI, requeue-PI).
     FutexPi,
+    /// A futex word inside a glibc/musl `pthread_mutex_t` (libc uprobe attribution).
+    PthreadMutex,
+    /// A futex word inside a `pthread_rwlock_t`.
+    PthreadRwlock,
 }
 
 impl LockType {
@@ -54,7 +59,12 @@ impl LockType {
     ];
 
     /// User-space lock types: not from `LCB_F_*` flags but from the futex probes.
-    pub const USER: [LockType; 2] = [LockType::Futex, LockType::FutexPi];
+    pub const USER: [LockType; 4] = [
+        LockType::Futex,
+        LockType::FutexPi,
+        LockType::PthreadMutex,
+        LockType::PthreadRwlock,
+    ];
 
     /// Every type, kernel ([`LockType::ALL`]) then user ([`LockType::USER`]).
     pub fn every() -> impl Iterator<Item = LockType> {
@@ -107,7 +117,10 @@ impl LockType {
             LockType::PcpuSemRead => LCB_F_PERCPU | LCB_F_READ,
             LockType::PcpuSemWrite => LCB_F_PERCPU | LCB_F_WRITE,
             LockType::Semaphore => 0,
-            LockType::Futex | LockType::FutexPi => u32::MAX,
+            LockType::Futex
+            | LockType::FutexPi
+            | LockType::PthreadMutex
+            | LockType::PthreadRwlock => u32::MAX,
         }
     }
 
@@ -128,6 +141,8 @@ impl LockType {
             LockType::Semaphore => "semaphore",
             LockType::Futex => "futex",
             LockType::FutexPi => "futex-pi",
+            LockType::PthreadMutex => "pthread-mutex",
+            LockType::PthreadRwlock => "pthread-rwlock",
         }
     }
 
@@ -344,6 +359,14 @@ mod tests {
             LockType::parse_list("bogus")
                 .unwrap_err()
                 .contains("futex-pi")
+        );
+        assert_eq!(
+            LockType::parse_list("pthread-mutex").unwrap(),
+            vec![LockType::PthreadMutex]
+        );
+        assert_eq!(
+            LockType::parse_list("pthread-rwlock").unwrap(),
+            vec![LockType::PthreadRwlock]
         );
     }
 

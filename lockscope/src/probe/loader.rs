@@ -9,11 +9,15 @@ use aya::{
     maps::HashMap as BpfHashMap,
     programs::{BtfTracePoint, Link as _, TracePoint, links::FdLink, trace_point::TracePointLink},
 };
-use lockscope_common::{FILTER_ALL, FILTER_CGROUP, FILTER_TGIDS, ProbeConfig, futex_stats_entries};
+use lockscope_common::{
+    FILTER_ALL, FILTER_CGROUP, FILTER_TGIDS, ProbeConfig, futex_stats_entries,
+    pthread_sites_entries,
+};
 
 use super::{
     btf::{KernelBtf, KernelOffsets, VMLINUX_BTF},
     features,
+    pthread::{PthreadProbes, pthread_config},
     rwsem::{self, DeepTier},
 };
 use crate::decode::{LockType, flags_mask};
@@ -55,6 +59,8 @@ pub struct Probes {
     pub futex: bool,
     /// Futex tracepoints this kernel lacks (not attached), e.g. `sys_enter_futex_waitv`.
     pub futex_missing: Vec<String>,
+    /// pthread lock attribution: libc uprobes and why some locks cannot be attributed.
+    pub pthread: PthreadProbes,
 }
 
 /// Futex syscall probes: (program, tracepoint in category `syscalls`). The exit program
@@ -142,6 +148,8 @@ impl Probes {
             .btf(Some(&btf))
             .override_global("CONFIG", &config, true)
             .map_max_entries("FUTEX_STATS", futex_stats_entries(cpus))
+            .override_global("PTHREAD_CONFIG", &pthread_config(), true)
+            .map_max_entries("PTHREAD_SITES", pthread_sites_entries(cpus))
             .override_global("RWSEM_CONFIG", &rwsem_config.unwrap_or_default(), true)
             .load(PROBES_OBJ)
             .context("loading the eBPF probes into the kernel")?;
@@ -163,6 +171,7 @@ impl Probes {
             tp_links: Vec::new(),
             futex: false,
             futex_missing: Vec::new(),
+            pthread: PthreadProbes::default(),
             rwsem: DeepTier::default(),
             mmap_estimate: false,
         };
@@ -171,6 +180,7 @@ impl Probes {
         }
         if wants_futex(&opts.types) {
             probes.attach_futex()?;
+            probes.pthread = PthreadProbes::for_target(&mut probes.ebpf, &opts.target);
         }
         if config.filter_mode == FILTER_TGIDS {
             probes.attach_tp_btf("sched_process_fork", "sched_process_fork", &btf)?;
@@ -272,6 +282,15 @@ impl Probes {
             let _ = link.detach();
         }
         self.rwsem.detach(&mut self.ebpf);
+        self.pthread.detach();
+    }
+
+    /// Attribute pthread locks of process `pid` too: attach to the C libraries it maps
+    /// that are not probed yet (a launched command's own libc). No-op without futex probes.
+    pub fn attach_pthread_pid(&mut self, pid: u32) {
+        if self.futex {
+            self.pthread.attach_pid(&mut self.ebpf, pid, false);
+        }
     }
 
     pub fn ebpf(&self) -> &Ebpf {
@@ -293,6 +312,20 @@ pub fn probe_rwsem_hooks() -> anyhow::Result<DeepTier> {
     let mut tier = DeepTier::attach(&mut ebpf, &btf, rwsem_config.is_some());
     tier.detach(&mut ebpf);
     Ok(tier)
+}
+
+/// Try the pthread uprobes for real on the system's C library (attach, then detach), for
+/// `doctor`. Nothing is recorded.
+pub fn probe_pthread_uprobes() -> anyhow::Result<PthreadProbes> {
+    let btf = Btf::from_sys_fs().context("reading kernel BTF")?;
+    let mut ebpf = EbpfLoader::new()
+        .btf(Some(&btf))
+        .override_global("PTHREAD_CONFIG", &pthread_config(), true)
+        .load(PROBES_OBJ)
+        .context("loading the eBPF probes into the kernel")?;
+    let mut p = PthreadProbes::for_target(&mut ebpf, &Target::System);
+    p.detach();
+    Ok(p)
 }
 
 /// How a probe hooks into the kernel.

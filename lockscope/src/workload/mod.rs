@@ -108,11 +108,15 @@ pub enum Workload {
     #[command(verbatim_doc_comment)]
     FutexRwlock(FutexRwlockArgs),
 
-    /// Threads taking one plain glibc pthread mutex.
+    /// Threads taking one plain glibc pthread mutex (or with --rwlock a
+    /// pthread rwlock).
     ///
-    /// glibc waits on the futex word at the start of the mutex, so the
-    /// recording shows a futex at the printed lock address. glibc does not
-    /// expose its own futex call counts, so only ops and rates are printed.
+    /// glibc waits on the futex word at the start of the mutex (inside the
+    /// rwlock), so a recording shows the lock at the printed address, named
+    /// `pthread-mutex` (`pthread-rwlock`) with the call sites
+    /// `pthread_mutex_worker` (`pthread_rwlock_reader`/`_writer`) when the libc
+    /// uprobes are attached. glibc does not expose its own futex call counts,
+    /// so only ops and rates are printed.
     #[command(verbatim_doc_comment)]
     PthreadMutex(PthreadMutexArgs),
     /// Long `mmap_lock` read holds against writers: rwsem handoffs.

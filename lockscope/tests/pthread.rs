@@ -1,0 +1,392 @@
+//! pthread lock attribution on the real kernel: libc uprobes name futex words after their
+//! pthread mutex / rwlock and the user call sites; static programs, targets that exit and
+//! 10,000 threads do not break anything, and nothing is dropped without being counted.
+
+mod common;
+
+use std::{
+    collections::BTreeMap,
+    process::{Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use common::*;
+use serde_json::Value;
+
+fn summary(stdout: &str) -> BTreeMap<String, String> {
+    stdout
+        .lines()
+        .filter_map(|l| l.split_once(": "))
+        .map(|(k, v)| (k.trim().to_owned(), v.trim().to_owned()))
+        .collect()
+}
+
+fn num(s: &BTreeMap<String, String>, key: &str) -> u64 {
+    s.get(key)
+        .unwrap_or_else(|| panic!("`{key}:` missing: {s:?}"))
+        .parse()
+        .unwrap_or_else(|_| panic!("`{key}` is not a number: {s:?}"))
+}
+
+fn locks(rec: &Value) -> &Vec<Value> {
+    rec["locks"].as_array().unwrap()
+}
+
+fn lost_total(rec: &Value) -> u64 {
+    rec["lost"]
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|v| v.as_u64().unwrap())
+        .sum()
+}
+
+fn assert_nothing_lost(rec: &Value) {
+    for (k, v) in rec["lost"].as_object().unwrap() {
+        assert_eq!(v.as_u64(), Some(0), "lost {k}: {:#}", rec["lost"]);
+    }
+}
+
+/// Record `lockscope workload ARGS`; returns (workload summary, recording, record's
+/// stdout, record's stderr).
+fn record(name: &str, args: &[&str]) -> (BTreeMap<String, String>, Value, String, String) {
+    let dir = scratch(name);
+    let file = dir.join("f.json");
+    let out = run_ok(
+        lockscope()
+            .args(["record", "-n", "0", "-o"])
+            .arg(&file)
+            .args(["--", bin(), "workload"])
+            .args(args),
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    (summary(&stdout), read_json(&file), stdout, stderr)
+}
+
+fn sum_callers(l: &Value, key: &str) -> u64 {
+    l["callers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c[key].as_u64().unwrap())
+        .sum()
+}
+
+#[test]
+fn pthread_mutex_is_named_with_the_workloads_call_site() {
+    let _serial = serial();
+    let (s, rec, stdout, stderr) = record(
+        "pthread-mutex-named",
+        &[
+            "pthread-mutex",
+            "--threads",
+            "4",
+            "--seconds",
+            "2",
+            "--load",
+            "300",
+        ],
+    );
+    assert_nothing_lost(&rec);
+    let addr = s["lock"].clone();
+    let l = locks(&rec)
+        .iter()
+        .find(|l| l["addr"] == addr.as_str())
+        .unwrap_or_else(|| panic!("no entry for {addr}:\n{stdout}\n{stderr}"));
+    assert_eq!(l["type"], "pthread-mutex", "{l:#}");
+    assert_eq!(l["pthread"]["kind"], "mutex");
+    // glibc's mutex waits on `__lock`, its first word: the object is the word.
+    assert_eq!(l["pthread"]["object"], addr.as_str());
+    assert_eq!(l["pthread"]["word_offset"], 0);
+    assert!(
+        l["name"]
+            .as_str()
+            .unwrap()
+            .starts_with(&format!("pthread-mutex {addr} of lockscope[")),
+        "{}",
+        l["name"]
+    );
+    let waits = l["contended"].as_u64().unwrap();
+    assert!(
+        waits >= 50,
+        "too little contention to prove anything: {l:#}"
+    );
+    // Every wait on the mutex word happens inside pthread_mutex_lock, called from the
+    // workload's worker: the call sites account for every wait, exactly.
+    let callers = l["callers"].as_array().unwrap();
+    assert!(!callers.is_empty());
+    for c in callers {
+        assert!(
+            c["caller"]
+                .as_str()
+                .unwrap()
+                .contains("pthread_mutex_worker+0x"),
+            "call site not symbolized to the worker: {c:#}"
+        );
+        assert_eq!(c["stack"][0], "pthread_mutex_lock", "{c:#}");
+    }
+    assert_eq!(sum_callers(l, "contended"), waits, "{l:#}");
+    assert_eq!(
+        sum_callers(l, "wait_total_ns"),
+        l["wait_total_ns"].as_u64().unwrap()
+    );
+    // Attributed calls: the waits plus the EAGAIN returns on the word.
+    let futex = &l["futex"];
+    assert_eq!(
+        l["pthread"]["attributed_calls"].as_u64().unwrap(),
+        futex["wait_calls"].as_u64().unwrap(),
+        "{l:#}"
+    );
+    let ev = &rec["futex_events"]["pthread"];
+    assert!(
+        ev["libraries"][0].as_str().unwrap().contains("libc.so"),
+        "{ev}"
+    );
+    assert!(ev["enter"].as_u64().unwrap() >= num(&s, "ops"), "{ev}");
+    assert_eq!(ev["enter"], ev["return"], "every entry returned: {ev}");
+    assert_eq!(ev["site_unreadable"], 0);
+    // The text report shows the type and the call site.
+    let row = stdout
+        .lines()
+        .find(|r| r.contains(&format!("pthread-mutex {addr}")))
+        .unwrap_or_else(|| panic!("no report row:\n{stdout}"));
+    assert!(row.contains("pthread_mutex_worker+0x"), "{row}");
+}
+
+#[test]
+fn pthread_rwlock_words_are_named_after_the_rwlock() {
+    let _serial = serial();
+    let (s, rec, stdout, _) = record(
+        "pthread-rwlock",
+        &[
+            "pthread-mutex",
+            "--rwlock",
+            "--read-pct",
+            "50",
+            "--threads",
+            "4",
+            "--seconds",
+            "2",
+            "--load",
+            "300",
+        ],
+    );
+    assert_nothing_lost(&rec);
+    let addr = s["lock"].clone();
+    let words: Vec<&Value> = locks(&rec)
+        .iter()
+        .filter(|l| l["pthread"]["object"] == addr.as_str())
+        .collect();
+    assert!(!words.is_empty(), "no word of rwlock {addr}:\n{stdout}");
+    let mut sites = Vec::new();
+    for l in &words {
+        assert_eq!(l["type"], "pthread-rwlock", "{l:#}");
+        assert_eq!(l["pthread"]["kind"], "rwlock");
+        // glibc's rwlock waits on words inside the 56-byte object.
+        assert!(l["pthread"]["word_offset"].as_u64().unwrap() < 56, "{l:#}");
+        for c in l["callers"].as_array().unwrap() {
+            sites.push(c["caller"].as_str().unwrap().to_owned());
+        }
+    }
+    assert!(
+        sites
+            .iter()
+            .any(|c| c.contains("pthread_rwlock_writer+0x")
+                || c.contains("pthread_rwlock_reader+0x")),
+        "{sites:?}"
+    );
+}
+
+const STATIC_PROGRAM: &str = r#"
+#include <pthread.h>
+#include <stdio.h>
+#include <time.h>
+
+static pthread_mutex_t m = PTHREAD_MUTEX_INITIALIZER;
+static volatile unsigned long shared;
+
+static void *worker(void *arg) {
+    struct timespec end, now;
+    clock_gettime(CLOCK_MONOTONIC, &end);
+    end.tv_sec += 1;
+    do {
+        pthread_mutex_lock(&m);
+        for (int i = 0; i < 300; i++) shared++;
+        pthread_mutex_unlock(&m);
+        clock_gettime(CLOCK_MONOTONIC, &now);
+    } while (now.tv_sec < end.tv_sec || (now.tv_sec == end.tv_sec && now.tv_nsec < end.tv_nsec));
+    return arg;
+}
+
+int main(void) {
+    pthread_t t[4];
+    for (int i = 0; i < 4; i++) pthread_create(&t[i], NULL, worker, NULL);
+    for (int i = 0; i < 4; i++) pthread_join(t[i], NULL);
+    printf("lock: %p\n", (void *)&m);
+    return 0;
+}
+"#;
+
+#[test]
+fn a_static_program_falls_back_to_futex_addresses_with_a_note() {
+    let _serial = serial();
+    let dir = scratch("pthread-static");
+    let src = dir.join("contend.c");
+    let exe = dir.join("contend-static");
+    std::fs::write(&src, STATIC_PROGRAM).unwrap();
+    run_ok(
+        Command::new("cc")
+            .args(["-static", "-O1", "-pthread", "-o"])
+            .arg(&exe)
+            .arg(&src),
+    );
+    let file = dir.join("f.json");
+    let out = run_ok(
+        lockscope()
+            .args(["record", "-o"])
+            .arg(&file)
+            .arg("--")
+            .arg(&exe),
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let note = stderr
+        .lines()
+        .find(|l| l.contains("statically linked"))
+        .unwrap_or_else(|| panic!("no note on stderr:\n{stderr}"));
+    assert!(note.starts_with("lockscope: note: "), "{note}");
+    let rec = read_json(&file);
+    assert_nothing_lost(&rec);
+    let notes = rec["futex_events"]["pthread"]["notes"].as_array().unwrap();
+    assert!(
+        notes
+            .iter()
+            .any(|n| n.as_str().unwrap().contains("statically linked")),
+        "{notes:?}"
+    );
+    // The mutex is still recorded, as a futex word named by its address.
+    let addr = summary(&stdout)["lock"].clone();
+    let l = locks(&rec)
+        .iter()
+        .find(|l| l["addr"] == addr.as_str())
+        .unwrap_or_else(|| panic!("no entry for {addr}:\n{stdout}"));
+    assert_eq!(l["type"], "futex", "{l:#}");
+    assert!(l.get("pthread").is_none());
+    assert!(l["futex"]["wait_calls"].as_u64().unwrap() > 0, "{l:#}");
+    assert_eq!(rec["futex_events"]["pthread"]["attributed"], 0);
+}
+
+#[test]
+fn a_pid_that_exits_mid_trace_keeps_its_data() {
+    let _serial = serial();
+    let dir = scratch("pthread-pid-exit");
+    let file = dir.join("f.json");
+    let target = Command::new(bin())
+        .args([
+            "workload",
+            "pthread-mutex",
+            "--threads",
+            "4",
+            // Long enough to outlast loading the probes on a busy machine (seconds).
+            "--seconds",
+            "10",
+            "--load",
+            "300",
+        ])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = target.id();
+    std::thread::sleep(Duration::from_millis(300));
+    let t0 = Instant::now();
+    let out = run_ok(
+        lockscope()
+            .args(["record", "-d", "300", "--pid", &pid.to_string(), "-o"])
+            .arg(&file),
+    );
+    let took = t0.elapsed();
+    let target_out = target.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    // record stops when its target is gone, long before -d, and says so.
+    assert!(took < Duration::from_secs(120), "record ran {took:?}");
+    assert!(
+        stderr.contains(&format!("lockscope: note: pid {pid} exited after")),
+        "{stderr}"
+    );
+    let rec = read_json(&file);
+    for k in [
+        "futex_call_map_full",
+        "futex_stats_map_full",
+        "pthread_call_map_full",
+        "pthread_site_map_full",
+    ] {
+        assert_eq!(rec["lost"][k], 0, "{:#}", rec["lost"]);
+    }
+    let addr = summary(&String::from_utf8_lossy(&target_out.stdout))["lock"].clone();
+    let l = locks(&rec)
+        .iter()
+        .find(|l| l["addr"] == addr.as_str())
+        .unwrap_or_else(|| panic!("no entry for {addr}: {rec:#}"));
+    assert_eq!(l["type"], "pthread-mutex", "{l:#}");
+    assert_eq!(l["pid"].as_u64(), Some(pid as u64));
+    assert!(l["contended"].as_u64().unwrap() > 0);
+    // Named after the process exited: its maps were read while it lived.
+    assert!(
+        l["callers"][0]["caller"]
+            .as_str()
+            .unwrap()
+            .contains("pthread_mutex_worker+0x"),
+        "{l:#}"
+    );
+}
+
+#[test]
+fn ten_thousand_threads_nothing_silently_dropped() {
+    let _serial = serial();
+    let (s, rec, stdout, stderr) = record(
+        "pthread-10k",
+        &[
+            "futex-mutex",
+            "--threads",
+            "10000",
+            "--seconds",
+            "3",
+            "--load",
+            "300",
+        ],
+    );
+    let addr = s
+        .get("lock")
+        .unwrap_or_else(|| panic!("workload failed:\n{stdout}\n{stderr}"))
+        .clone();
+    let l = locks(&rec)
+        .iter()
+        .find(|l| l["addr"] == addr.as_str())
+        .unwrap_or_else(|| panic!("no entry for {addr}"));
+    let f = &l["futex"];
+    let lost = lost_total(&rec);
+    // What lockscope stored plus what it counted as lost covers the workload's own
+    // counts; with nothing lost they are equal.
+    for (ours, theirs) in [
+        ("wait_calls", "futex_wait"),
+        ("eagain", "eagain"),
+        ("wake_calls", "futex_wake"),
+    ] {
+        let got = f[ours].as_u64().unwrap();
+        let want = num(&s, theirs);
+        assert!(got <= want, "{ours}: {got} > workload's {want}");
+        assert!(
+            got + lost >= want,
+            "{ours}: {got} + lost {lost} < workload's {want}: {:#}",
+            rec["lost"]
+        );
+        if lost == 0 {
+            assert_eq!(got, want, "{ours}");
+        }
+    }
+    assert!(num(&s, "futex_wait") > 1000, "{s:?}");
+    let ev = &rec["futex_events"];
+    assert_eq!(ev["enter"], ev["exit"], "{ev}");
+    assert_eq!(ev["in_progress_at_end"], 0, "{ev}");
+}
