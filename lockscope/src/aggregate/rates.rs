@@ -817,6 +817,7 @@ mod tests {
                 pid,
                 comm: "app".into(),
                 futex,
+                pthread: None,
             }),
             events: None,
         }

@@ -861,6 +861,7 @@ mod tests {
                     wake_calls: wakes,
                     ..Default::default()
                 },
+                pthread: None,
             }),
             events: None,
             name: format!("futex {uaddr:#x} of {comm}[{pid}]"),

@@ -567,6 +567,7 @@ fn futex_word(
                 .into(),
                 ..Default::default()
             },
+            pthread: None,
         }),
         events: None,
     }
