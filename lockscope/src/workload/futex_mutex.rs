@@ -6,7 +6,9 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use super::futex_sys::{FutexCounts, gettid, print_summary, run_threads, spin_work};
+use super::futex_sys::{
+    FutexCounts, gettid, print_summary, print_summary_json, run_threads, spin_work,
+};
 
 /// Options for `lockscope workload futex-mutex`.
 #[derive(Debug, Clone, clap::Args)]
@@ -32,6 +34,11 @@ pub struct FutexMutexArgs {
     /// Busy-work steps between releasing the lock and taking it again.
     #[arg(long, value_name = "STEPS", default_value_t = 20)]
     pub gap: u32,
+
+    /// Print the summary as one JSON object (for benchmarks) instead of
+    /// `key: value` lines.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// Drepper's mutex: 0 unlocked, 1 locked, 2 locked with (possible) waiters.
@@ -95,11 +102,21 @@ pub fn run(args: &FutexMutexArgs) -> anyhow::Result<()> {
         c.ops += 1;
         spin_work(gap);
     })?;
+    let kind = if pi { "pi" } else { "wait-wake" };
+    if args.json {
+        let extra = serde_json::json!({
+            "workload": "futex-mutex",
+            "threads": args.threads,
+            "kind": kind,
+            "load": load,
+            "gap": gap,
+        });
+        print_summary_json(extra, addr, &counts, real);
+        return Ok(());
+    }
     println!(
         "futex-mutex: threads={} seconds={} kind={}",
-        args.threads,
-        args.seconds,
-        if pi { "pi" } else { "wait-wake" }
+        args.threads, args.seconds, kind
     );
     print_summary(addr, &counts, real);
     Ok(())
