@@ -29,6 +29,8 @@ pub const DEBIAN_PACKAGES: &[&str] = &[
     "chromium",
     // `lockscope serve` tests: a real Prometheus server scrapes it; promtool lints.
     "prometheus",
+    // `cargo xtask bench`: the bpftrace equivalent lockscope is measured against.
+    "bpftrace",
 ];
 
 /// Toolchain that builds the eBPF crate (`-Z build-std` needs nightly).
