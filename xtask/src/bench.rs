@@ -182,7 +182,9 @@ fn machine(exe: &Path) -> Machine {
         cpus,
         kernel,
         date_utc,
+        loaded: parse::machine_is_loaded(&load_avg_at_start, cpus),
         load_avg_at_start,
+        load_avg_at_end: String::new(),
         lockscope_version,
     }
 }
@@ -252,7 +254,7 @@ fn full_run(ctx: &Ctx, runs: Option<usize>) -> Result<BenchResults> {
     if runs == 0 {
         bail!("bench: --runs must be at least 1");
     }
-    let machine = machine(&ctx.exe);
+    let mut machine = machine(&ctx.exe);
     let specs = workloads(ctx.quick);
     // Overhead runs, then cost, capacity steps and daemon cases.
     let cap = capacity_plan(ctx.quick);
@@ -298,6 +300,13 @@ fn full_run(ctx: &Ctx, runs: Option<usize>) -> Result<BenchResults> {
             }
         }
     }
+    let load_end = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    machine.loaded |= parse::machine_is_loaded(&load_end, machine.cpus);
+    machine.load_avg_at_end = load_end
+        .split_whitespace()
+        .take(3)
+        .collect::<Vec<_>>()
+        .join(" ");
     let mut overhead = Vec::new();
     for (wi, spec) in specs.iter().enumerate() {
         let base = Spread::of(&throughputs(&samples[wi][0])).map(|s| s.median);
@@ -467,6 +476,12 @@ fn run_once(ctx: &Ctx, tool: Tool, args: &[String]) -> Result<RunSample> {
         .map(|v| v as u64);
         sample.lost =
             parse::prom_sum(&st.last, "lockscope_events_lost_total", &[]).map(|v| v as u64);
+        sample.lost_by_reason =
+            parse::prom_by_label(&st.last, "lockscope_events_lost_total", "reason")
+                .into_iter()
+                .filter(|(_, v)| *v > 0.0)
+                .map(|(k, v)| (k, v as u64))
+                .collect();
         if let Some(traced) = parse::prom_sum(&st.last, "lockscope_traced_seconds", &[]) {
             sample.window_s = traced;
         }
@@ -480,6 +495,12 @@ fn run_once(ctx: &Ctx, tool: Tool, args: &[String]) -> Result<RunSample> {
             let rec = read_json(&dir.join("record.json"))?;
             sample.events = rec["events"]["begin"].as_u64();
             sample.lost = Some(lost_total(&rec));
+            sample.lost_by_reason = rec["lost"]
+                .as_object()
+                .into_iter()
+                .flatten()
+                .filter_map(|(k, v)| Some((k.clone(), v.as_u64().filter(|n| *n > 0)?)))
+                .collect();
         }
         Tool::Perf => {
             let data = dir.join("perf.data");

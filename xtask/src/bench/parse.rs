@@ -150,6 +150,44 @@ pub fn prom_sum(text: &str, metric: &str, want: &[(&str, &str)]) -> Option<f64> 
     found
 }
 
+/// Samples of `metric` by the value of `label` (e.g. lost events by `reason`).
+pub fn prom_by_label(text: &str, metric: &str, label: &str) -> BTreeMap<String, f64> {
+    let key = format!("{label}=\"");
+    let mut out = BTreeMap::new();
+    for line in text.lines() {
+        let Some(rest) = line.strip_prefix(metric).and_then(|r| r.strip_prefix('{')) else {
+            continue;
+        };
+        let Some((labels, value)) = rest.split_once('}') else {
+            continue;
+        };
+        let Some(name) = labels
+            .split(',')
+            .find_map(|p| p.strip_prefix(key.as_str())?.strip_suffix('"'))
+        else {
+            continue;
+        };
+        if let Some(v) = value
+            .split_whitespace()
+            .next()
+            .and_then(|v| v.parse::<f64>().ok())
+        {
+            *out.entry(name.to_string()).or_insert(0.0) += v;
+        }
+    }
+    out
+}
+
+/// Whether the machine is too busy for overhead figures to mean much: the 1-minute
+/// load average (first field of /proc/loadavg) above half the CPUs.
+pub fn machine_is_loaded(loadavg: &str, cpus: usize) -> bool {
+    loadavg
+        .split_whitespace()
+        .next()
+        .and_then(|l| l.parse::<f64>().ok())
+        .is_some_and(|l| l > cpus.max(1) as f64 / 2.0)
+}
+
 /// A `kB` field of /proc/PID/status (`VmRSS`, `VmHWM`), in KiB.
 pub fn status_kib(status: &str, field: &str) -> Option<u64> {
     status.lines().find_map(|l| {
@@ -314,6 +352,9 @@ mod tests {
         );
         assert_eq!(prom_sum(text, "lockscope_traced_seconds", &[]), Some(12.5));
         assert_eq!(prom_sum(text, "lockscope_missing", &[]), None);
+        let by = prom_by_label(text, "lockscope_events_lost_total", "reason");
+        assert_eq!(by.len(), 2);
+        assert_eq!((by["a"], by["b"]), (2.0, 3.0));
     }
 
     #[test]
@@ -353,6 +394,13 @@ mod tests {
         let out = "contended  total wait\n{\"not\": 1}\n{\"ops\": 5, \"ops_per_s\": 2.5}\nmore\n";
         assert_eq!(workload_summary(out).unwrap()["ops"], 5);
         assert!(workload_summary("ops: 5\n").is_none());
+    }
+
+    #[test]
+    fn loaded_machine() {
+        assert!(machine_is_loaded("11.95 11.69 11.38 3/900 1234", 2));
+        assert!(!machine_is_loaded("0.40 0.50 0.60 1/100 5", 2));
+        assert!(!machine_is_loaded("", 2));
     }
 
     #[test]
