@@ -911,10 +911,12 @@ fn soak(ctx: &Ctx, minutes: f64) -> Result<Soak> {
     let mut cpu0 = None;
     let mut next = 0.0;
     let mut last_rss = 0;
+    let mut counts_start = (0, 0);
     while t0.elapsed().as_secs_f64() < total {
         let t = t0.elapsed().as_secs_f64();
         if start.is_none() && t >= warmup {
             start = proc::rss_kib(serve.pid).map(|(r, _)| (t, r));
+            counts_start = snapshot_counts(port);
             cpu0 = proc::cpu_seconds(serve.pid).map(|c| (t, c));
         }
         if t >= next {
@@ -936,6 +938,7 @@ fn soak(ctx: &Ctx, minutes: f64) -> Result<Soak> {
     }
     let end_t = t0.elapsed().as_secs_f64();
     let (rss_end, _) = proc::rss_kib(serve.pid).unwrap_or((last_rss, 0));
+    let counts_end = snapshot_counts(port);
     let cpu1 = proc::cpu_seconds(serve.pid).unwrap_or(0.0);
     samples.push((end_t.round(), rss_end));
     let st = scraper.finish(port);
@@ -962,5 +965,26 @@ fn soak(ctx: &Ctx, minutes: f64) -> Result<Soak> {
         scrape_failures: st.failed,
         samples,
         date_utc,
+        locks_start: counts_start.0,
+        callers_start: counts_start.1,
+        locks_end: counts_end.0,
+        callers_end: counts_end.1,
     })
+}
+
+/// (lock entries, caller stacks) in `lockscope serve`'s `/api/snapshot`; zeros if it
+/// cannot be read.
+fn snapshot_counts(port: u16) -> (usize, usize) {
+    let Ok((200, body)) = proc::http_get(port, "/api/snapshot") else {
+        return (0, 0);
+    };
+    let Ok(rec) = serde_json::from_str::<Value>(&body) else {
+        return (0, 0);
+    };
+    let locks = rec["locks"].as_array().map_or(&[][..], |v| v.as_slice());
+    let callers = locks
+        .iter()
+        .map(|l| l["callers"].as_array().map_or(0, Vec::len))
+        .sum();
+    (locks.len(), callers)
 }

@@ -193,6 +193,16 @@ pub struct Soak {
     pub scrape_failures: u64,
     /// (seconds since start, VmRSS KiB), every 10 s.
     pub samples: Vec<(f64, u64)>,
+    /// Lock entries and caller stacks in `/api/snapshot` (everything recorded since
+    /// start, system-wide) after the warm-up and at the end: what the RSS tracks.
+    #[serde(default)]
+    pub locks_start: usize,
+    #[serde(default)]
+    pub locks_end: usize,
+    #[serde(default)]
+    pub callers_start: usize,
+    #[serde(default)]
+    pub callers_end: usize,
     pub date_utc: String,
 }
 
@@ -638,6 +648,12 @@ pub fn render_markdown(r: &BenchResults) -> String {
                 .iter()
                 .map(|(t, kib)| format!("{:.0}s {:.1}", t, *kib as f64 / 1024.0))
                 .collect();
+            let _ = writeln!(
+                s,
+                "`/api/snapshot` (everything recorded since start, system-wide) held {} \
+                 locks and {} caller stacks after the warm-up, {} and {} at the end.\n",
+                k.locks_start, k.callers_start, k.locks_end, k.callers_end
+            );
             let _ = writeln!(s, "RSS (MiB) every 10 s: {}\n", series.join(", "));
         }
         None => {
