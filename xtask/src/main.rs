@@ -152,6 +152,10 @@ enum Cmd {
         /// Runs per tool and workload [default: 5, --quick: 1].
         #[arg(long, value_name = "N")]
         runs: Option<usize>,
+        /// Measure nothing: re-judge the targets and rewrite BENCHMARKS.md from
+        /// bench-results.json.
+        #[arg(long, conflicts_with_all = ["soak", "runs"])]
+        render: bool,
     },
 }
 
@@ -177,6 +181,7 @@ fn main() {
                         soak: false,
                         minutes: 10.0,
                         runs: None,
+                        render: false,
                     })
                 }
             }),
@@ -186,11 +191,13 @@ fn main() {
             soak,
             minutes,
             runs,
+            render,
         } => bench::bench(bench::BenchOptions {
             quick,
             soak,
             minutes,
             runs,
+            render,
         }),
     };
     if let Err(err) = result {
