@@ -217,6 +217,8 @@ pub struct TargetCheck {
 /// Above this spread of a tool's runs, slowdown targets of a few percent are
 /// reported as inconclusive.
 pub const NOISY_SPREAD_PCT: f64 = 10.0;
+/// Fewer runs than this (e.g. `--quick`) cannot show a spread: also inconclusive.
+pub const MIN_RUNS: usize = 3;
 
 fn row<'a>(r: &'a BenchResults, workload: &str, tool: &str) -> Option<&'a OverheadRow> {
     r.overhead
@@ -245,11 +247,16 @@ pub fn judge_targets(r: &BenchResults) -> Vec<TargetCheck> {
         let perf = row(r, w, "perf").and_then(OverheadRow::slowdown_pct);
         // A few-percent target cannot be judged from runs that spread by more than
         // NOISY_SPREAD_PCT: say so instead of calling it met or missed.
-        let noisy = ["untraced", "record", "perf"]
-            .iter()
-            .any(|t| row(r, w, t).is_some_and(|o| o.throughput.spread_pct > NOISY_SPREAD_PCT));
+        let noisy = ["untraced", "record", "perf"].iter().any(|t| {
+            row(r, w, t).is_some_and(|o| {
+                o.throughput.spread_pct > NOISY_SPREAD_PCT || o.throughput.n < MIN_RUNS
+            })
+        });
         let spread_note = if noisy {
-            format!(" (runs spread > {NOISY_SPREAD_PCT:.0}%: inconclusive)")
+            format!(
+                " (fewer than {MIN_RUNS} runs or runs spread > {NOISY_SPREAD_PCT:.0}%: \
+                 inconclusive)"
+            )
         } else {
             String::new()
         };
@@ -693,7 +700,7 @@ mod tests {
         OverheadRow {
             workload: workload.into(),
             tool: tool.into(),
-            throughput: Spread::of(&[median]).unwrap(),
+            throughput: Spread::of(&[median, median, median]).unwrap(),
             ratio_to_untraced: Some(median / untraced),
             events_per_s: Some(1000.0),
             cpu_s: Some(0.5),
@@ -770,6 +777,16 @@ mod tests {
                 .measured
                 .contains("inconclusive")
         );
+        // One run (--quick) shows no spread: inconclusive too.
+        let mut one = sample();
+        one.overhead[4].throughput = Spread::of(&[90.0]).unwrap();
+        let t1 = judge_targets(&one);
+        let s1 = &t1
+            .iter()
+            .find(|c| c.target.starts_with("`record` on futex-mutex: at most"))
+            .unwrap()
+            .status;
+        assert_eq!(s1, "inconclusive");
         // futex-mutex runs are tight: still judged.
         assert_eq!(get("`record` on futex-mutex: at most").status, "missed");
     }
