@@ -3,6 +3,7 @@
 //! `cargo xtask` is an alias (see `.cargo/config.toml`) for
 //! `cargo run --quiet --package xtask --`.
 
+mod bench;
 mod setup;
 mod tasks;
 mod util;
@@ -26,7 +27,8 @@ use clap::{Parser, Subcommand};
         cargo xtask build --release  # build target/release/lockscope\n  \
         cargo xtask demo             # profile a built-in workload (needs root)\n  \
         cargo xtask test             # fmt, clippy, eBPF clippy, then all tests\n  \
-        cargo xtask test --quick -- mmap   # only tests whose name contains `mmap`"
+        cargo xtask test --quick -- mmap   # only tests whose name contains `mmap`\n  \
+        cargo xtask bench            # overhead vs perf and bpftrace -> BENCHMARKS.md"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -68,7 +70,8 @@ enum Cmd {
         3. cargo +nightly clippy -p lockscope-ebpf --target bpfel-unknown-none \
            -Z build-std=core -- -D warnings\n  \
         4. cargo test --release [ARGS]   (default members; needs root)\n  \
-        5. cargo xtask vm-test            (deep tier on 6.1, 6.12, 6.12-rt; --no-vm skips)\n\n\
+        5. cargo xtask vm-test            (deep tier on 6.1, 6.12, 6.12-rt; --no-vm skips)\n  \
+        6. cargo xtask bench --quick      (the benchmark runs end to end; --no-bench skips)\n\n\
         The integration tests in lockscope/tests/ load eBPF programs, so the test \
         binaries must run as root: when not root they run through `sudo -E` (set as \
         cargo's target runner), so building still happens as you. Exits with the \
@@ -81,6 +84,10 @@ enum Cmd {
         /// Skip step 5, `vm-test` on every guest kernel (the deep tier under QEMU).
         #[arg(long)]
         no_vm: bool,
+
+        /// Skip step 6, `bench --quick` (the benchmark harness end to end, ~3 minutes).
+        #[arg(long)]
+        no_bench: bool,
 
         /// Extra arguments for `cargo test`, after `--` (e.g. a test name filter;
         /// use `-- -- --nocapture` to reach the test binaries).
@@ -108,9 +115,48 @@ enum Cmd {
         #[arg(long, value_name = "KERNEL", default_value = "all")]
         kernel: String,
     },
-    // Planned, not implemented yet:
-    // /// Measure profiler overhead on the built-in workloads.
-    // Bench { .. },
+
+    /// Measure lockscope's overhead against perf and bpftrace, its cost per event,
+    /// capacity and daemon cost; write BENCHMARKS.md and bench-results.json.
+    #[command(
+        long_about = "Measure lockscope against the tools people use today, as root:\n\n  \
+        1. Alternating runs (A B C D E A B C D E ...) of the built-in workloads mmap-fault, \
+           mmap-churn, futex-mutex and futex-mutex --pi: untraced; under `lockscope record` \
+           (system-wide, every default probe); under `lockscope serve` (1 s interval, \
+           scraped every second); under `perf lock record -a`; under a bpftrace script \
+           keeping a wait-time histogram per lock. Per tool and workload: median and \
+           spread of the workload's own ops/s, the ratio to untraced, contention events/s \
+           the tool saw, the tool's CPU time and peak RSS, lost events.\n  \
+        2. Cost per event: kernel BPF run statistics of lockscope's programs against an \
+           empty program on lock:contention_begin (the floor).\n  \
+        3. Capacity: more threads and shorter critical sections until loss or saturation; \
+           loss checked against the workload's own futex call counts.\n  \
+        4. Daemon cost: CPU % and RSS of `lockscope serve` (10,000 locks when `workload \
+           futex-mutex --locks` exists).\n\n\
+        Writes BENCHMARKS.md and bench-results.json at the repository root (--quick: in \
+        target/bench/, 1 short run each, under 3 minutes; `cargo xtask test` runs it). \
+        --soak runs only the soak: `lockscope serve` under mmap-churn for --minutes, RSS \
+        at start (after warm-up) and end, merged into the same files. Fails if a tool is \
+        missing or a run fails; missed targets are reported, not failures."
+    )]
+    Bench {
+        /// One short run of each; results go to target/bench/ (what CI runs).
+        #[arg(long)]
+        quick: bool,
+        /// Only the soak: `lockscope serve` under mmap-churn for --minutes.
+        #[arg(long)]
+        soak: bool,
+        /// Soak length in minutes.
+        #[arg(long, value_name = "M", default_value_t = 10.0, requires = "soak")]
+        minutes: f64,
+        /// Runs per tool and workload [default: 5, --quick: 1].
+        #[arg(long, value_name = "N")]
+        runs: Option<usize>,
+        /// Measure nothing: re-judge the targets and rewrite BENCHMARKS.md from
+        /// bench-results.json.
+        #[arg(long, conflicts_with_all = ["soak", "runs"])]
+        render: bool,
+    },
 }
 
 fn main() {
@@ -122,10 +168,37 @@ fn main() {
         Cmd::Test {
             quick,
             no_vm,
+            no_bench,
             test_args,
         } => tasks::test(quick, &test_args)
-            .and_then(|()| if no_vm { Ok(()) } else { vm::vm_test(None) }),
+            .and_then(|()| if no_vm { Ok(()) } else { vm::vm_test(None) })
+            .and_then(|()| {
+                if no_bench {
+                    Ok(())
+                } else {
+                    bench::bench(bench::BenchOptions {
+                        quick: true,
+                        soak: false,
+                        minutes: 10.0,
+                        runs: None,
+                        render: false,
+                    })
+                }
+            }),
         Cmd::VmTest { kernel } => vm::vm_test(Some(&kernel)),
+        Cmd::Bench {
+            quick,
+            soak,
+            minutes,
+            runs,
+            render,
+        } => bench::bench(bench::BenchOptions {
+            quick,
+            soak,
+            minutes,
+            runs,
+            render,
+        }),
     };
     if let Err(err) = result {
         eprintln!("error: {err:#}");

@@ -32,6 +32,8 @@ pub const DEBIAN_PACKAGES: &[&str] = &[
     // pthread tests: a statically linked C program (no shared libc to probe).
     "gcc",
     "libc6-dev",
+    // `cargo xtask bench`: the bpftrace equivalent lockscope is measured against.
+    "bpftrace",
 ];
 
 /// Toolchain that builds the eBPF crate (`-Z build-std` needs nightly).

@@ -57,6 +57,11 @@ pub struct MmapChurnArgs {
     /// write).
     #[arg(long, short = 'W', value_name = "W")]
     pub writers: Option<usize>,
+
+    /// Print the summary as one JSON object (for benchmarks) instead of
+    /// `key: value` lines.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// Resolves the reader/writer counts from the (partly optional) arguments.
@@ -303,6 +308,24 @@ pub fn run(args: &MmapChurnArgs) -> anyhow::Result<()> {
     }
 
     let total = reader_ops + writer_ops;
+    if args.json {
+        let (usr, sys) = sys::cpu_times();
+        let summary = serde_json::json!({
+            "workload": "mmap-churn",
+            "threads": readers + writers,
+            "readers": readers,
+            "writers": writers,
+            "ops": total,
+            "reader_ops": reader_ops,
+            "writer_ops": writer_ops,
+            "real_s": elapsed.as_secs_f64(),
+            "ops_per_s": sys::rate(total, elapsed),
+            "usr_s": usr.as_secs_f64(),
+            "sys_s": sys.as_secs_f64(),
+        });
+        println!("{summary}");
+        return Ok(());
+    }
     println!(
         "mmap-churn: readers={readers} writers={writers} seconds={}",
         args.seconds

@@ -32,6 +32,11 @@ pub struct MmapFaultArgs {
     /// 2 MiB; `pages` and `ops/s` still count base pages touched.
     #[arg(long)]
     pub thp: bool,
+
+    /// Print the summary as one JSON object (for benchmarks) instead of
+    /// `key: value` lines.
+    #[arg(long)]
+    pub json: bool,
 }
 
 pub fn run(args: &MmapFaultArgs) -> anyhow::Result<()> {
@@ -125,6 +130,22 @@ pub fn run(args: &MmapFaultArgs) -> anyhow::Result<()> {
     result?;
 
     let touched = (pages as u64) * (args.rounds as u64);
+    if args.json {
+        let (usr, sys) = (usr1.saturating_sub(usr0), sys1.saturating_sub(sys0));
+        let summary = serde_json::json!({
+            "workload": "mmap-fault",
+            "threads": threads,
+            "mib": args.mib,
+            "rounds": args.rounds,
+            "ops": touched,
+            "real_s": real.as_secs_f64(),
+            "ops_per_s": sys::rate(touched, real),
+            "usr_s": usr.as_secs_f64(),
+            "sys_s": sys.as_secs_f64(),
+        });
+        println!("{summary}");
+        return Ok(());
+    }
     println!(
         "mmap-fault: threads={threads} mib={} rounds={}",
         args.mib, args.rounds

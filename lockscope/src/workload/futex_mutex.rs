@@ -8,7 +8,9 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
-use super::futex_sys::{FutexCounts, gettid, print_summary, run_threads, spin_work};
+use super::futex_sys::{
+    FutexCounts, gettid, print_summary, print_summary_json, run_threads, spin_work,
+};
 
 /// Options for `lockscope workload futex-mutex`.
 #[derive(Debug, Clone, clap::Args)]
@@ -42,6 +44,11 @@ pub struct FutexMutexArgs {
     /// mutex's address (the others follow, one every 64 bytes).
     #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     pub locks: u32,
+
+    /// Print the summary as one JSON object (for benchmarks) instead of
+    /// `key: value` lines.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// Consecutive acquisitions (over all threads) of one mutex before the threads move on
@@ -131,12 +138,22 @@ pub fn run(args: &FutexMutexArgs) -> anyhow::Result<()> {
         c.ops += 1;
         spin_work(gap);
     })?;
+    let kind = if pi { "pi" } else { "wait-wake" };
+    if args.json {
+        let extra = serde_json::json!({
+            "workload": "futex-mutex",
+            "threads": args.threads,
+            "kind": kind,
+            "load": load,
+            "gap": gap,
+            "locks": args.locks,
+        });
+        print_summary_json(extra, addr, &counts, real);
+        return Ok(());
+    }
     println!(
         "futex-mutex: threads={} seconds={} kind={} locks={}",
-        args.threads,
-        args.seconds,
-        if pi { "pi" } else { "wait-wake" },
-        args.locks
+        args.threads, args.seconds, kind, args.locks
     );
     if args.locks > 1 {
         println!("locks: {}", args.locks);

@@ -229,6 +229,53 @@ pub fn print_summary(lock_addr: usize, per_thread: &[FutexCounts], real: Duratio
     );
 }
 
+/// The same summary as one JSON object on one line: `head` (the workload's name and
+/// parameters) plus the lock address, wall time, ops, ops per second, every futex call
+/// counter and the process's CPU time (for `cargo xtask bench`).
+pub fn print_summary_json(
+    head: serde_json::Value,
+    lock_addr: usize,
+    per_thread: &[FutexCounts],
+    real: Duration,
+) {
+    println!("{}", summary_json(head, lock_addr, per_thread, real));
+}
+
+fn summary_json(
+    mut head: serde_json::Value,
+    lock_addr: usize,
+    per_thread: &[FutexCounts],
+    real: Duration,
+) -> serde_json::Value {
+    let mut t = FutexCounts::default();
+    for c in per_thread {
+        t.add(c);
+    }
+    let (usr, sys) = sys::cpu_times();
+    let body = serde_json::json!({
+        "lock": format!("{lock_addr:#x}"),
+        "real_s": real.as_secs_f64(),
+        "ops": t.ops,
+        "ops_per_s": sys::rate(t.ops, real),
+        "read_ops": t.read_ops,
+        "write_ops": t.write_ops,
+        "futex_wait": t.wait_calls,
+        "eagain": t.eagain,
+        "futex_wake": t.wake_calls,
+        "woken": t.woken,
+        "lock_pi": t.lock_pi_calls,
+        "unlock_pi": t.unlock_pi_calls,
+        "interrupted": t.interrupted,
+        "errors": t.errors,
+        "usr_s": usr.as_secs_f64(),
+        "sys_s": sys.as_secs_f64(),
+    });
+    if let (Some(h), serde_json::Value::Object(b)) = (head.as_object_mut(), body) {
+        h.extend(b);
+    }
+    head
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -241,6 +288,42 @@ mod tests {
         assert_eq!((c.wait_calls, c.eagain), (1, 1));
         c.wake(&w, 1);
         assert_eq!((c.wake_calls, c.woken, c.errors), (1, 0, 0));
+    }
+
+    #[test]
+    fn json_summary_sums_threads_and_keeps_the_head() {
+        let a = FutexCounts {
+            ops: 10,
+            wait_calls: 3,
+            eagain: 1,
+            ..Default::default()
+        };
+        let b = FutexCounts {
+            ops: 5,
+            wake_calls: 2,
+            woken: 2,
+            ..Default::default()
+        };
+        let v = summary_json(
+            serde_json::json!({"workload": "w", "threads": 2}),
+            0x1000,
+            &[a, b],
+            Duration::from_millis(500),
+        );
+        assert_eq!(v["workload"], "w");
+        assert_eq!(v["threads"], 2);
+        assert_eq!(v["lock"], "0x1000");
+        assert_eq!(v["ops"], 15);
+        assert_eq!(v["ops_per_s"], 30.0);
+        assert_eq!(
+            (v["futex_wait"].as_u64(), v["eagain"].as_u64()),
+            (Some(3), Some(1))
+        );
+        assert_eq!(
+            (v["futex_wake"].as_u64(), v["woken"].as_u64()),
+            (Some(2), Some(2))
+        );
+        assert!(v["usr_s"].as_f64().is_some());
     }
 
     #[test]

@@ -1,0 +1,1011 @@
+//! `cargo xtask bench`: lockscope's overhead against perf and bpftrace on the built-in
+//! workloads, its cost per event against an empty BPF program, its capacity, the
+//! daemon's cost, and (with `--soak`) the daemon's memory over a long run.
+//!
+//! Everything runs as root on the host. Tracers are separate processes started
+//! before the workload and stopped after it, so the workload's own counters measure
+//! the slowdown and `wait4` gives each tracer's own CPU time and peak RSS. Runs
+//! alternate (every round runs each workload under every tool in turn) so that slow
+//! drifts of the machine hit every tool alike; medians and spreads summarise them.
+
+mod parse;
+mod proc;
+mod results;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use serde_json::Value;
+
+use parse::Spread;
+use proc::{Proc, Scraper};
+use results::*;
+
+/// What `cargo xtask bench` was asked to do.
+pub struct BenchOptions {
+    pub quick: bool,
+    pub soak: bool,
+    pub minutes: f64,
+    pub runs: Option<usize>,
+    /// Only re-render BENCHMARKS.md (and re-judge the targets) from bench-results.json.
+    pub render: bool,
+}
+
+const TOOLS: [Tool; 5] = [
+    Tool::Untraced,
+    Tool::Record,
+    Tool::Serve,
+    Tool::Perf,
+    Tool::Bpftrace,
+];
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Tool {
+    Untraced,
+    Record,
+    Serve,
+    Perf,
+    Bpftrace,
+}
+
+impl Tool {
+    fn name(self) -> &'static str {
+        match self {
+            Tool::Untraced => "untraced",
+            Tool::Record => "record",
+            Tool::Serve => "serve",
+            Tool::Perf => "perf",
+            Tool::Bpftrace => "bpftrace",
+        }
+    }
+}
+
+/// The bpftrace equivalent of `lockscope record`'s core: a wait-time histogram per lock
+/// from `lock:contention_begin/end`, plus counts to compare.
+const BPFTRACE_SCRIPT: &str = "\
+tracepoint:lock:contention_begin { @start[tid] = nsecs; @begin = count(); }
+tracepoint:lock:contention_end /@start[tid]/ {
+  @wait_ns[args->lock_addr] = hist(nsecs - @start[tid]); delete(@start[tid]); @end = count();
+}
+END { clear(@start); }";
+
+/// An empty program on the same tracepoint: the floor of cost per event.
+const BPFTRACE_FLOOR: &str = "tracepoint:lock:contention_begin { }";
+
+struct Ctx {
+    exe: PathBuf,
+    cat: PathBuf,
+    scratch: PathBuf,
+    quick: bool,
+}
+
+impl Ctx {
+    fn lockscope(&self) -> Command {
+        Command::new(&self.exe)
+    }
+
+    fn workload_cmd(&self, args: &[String]) -> Command {
+        let mut c = self.lockscope();
+        c.arg("workload").args(args);
+        c
+    }
+}
+
+/// `cargo xtask bench [--quick] [--soak [--minutes M]] [--runs N] [--render]`
+pub fn bench(opts: BenchOptions) -> Result<()> {
+    if opts.render {
+        let dir = if opts.quick {
+            crate::util::target_dir().join("bench")
+        } else {
+            crate::util::workspace_root()
+        };
+        let json_path = dir.join("bench-results.json");
+        let text = std::fs::read_to_string(&json_path)
+            .with_context(|| format!("bench: reading {}", json_path.display()))?;
+        let mut r: BenchResults = serde_json::from_str(&text)
+            .with_context(|| format!("bench: parsing {}", json_path.display()))?;
+        r.targets = judge_targets(&r);
+        std::fs::write(&json_path, serde_json::to_string_pretty(&r)? + "\n")?;
+        std::fs::write(dir.join("BENCHMARKS.md"), render_markdown(&r))?;
+        println!("bench: re-rendered {}", dir.join("BENCHMARKS.md").display());
+        return Ok(());
+    }
+    if !crate::util::is_root() {
+        bail!(
+            "bench: the tracers (lockscope, perf, bpftrace) load eBPF programs and must run \
+             as root; rerun `cargo xtask bench` as root"
+        );
+    }
+    crate::setup::setup()?;
+    for tool in ["perf", "bpftrace", "bpftool"] {
+        if crate::util::which(tool).is_none() {
+            bail!("bench: `{tool}` is not installed (cargo xtask setup should have installed it)");
+        }
+    }
+    crate::util::run(crate::util::cargo().args(["build", "--release", "-p", "lockscope"]))?;
+    let exe = crate::util::target_dir().join("release").join("lockscope");
+    let cat = crate::util::which("cat").context("bench: `cat` not found")?;
+    let out_dir = if opts.quick {
+        crate::util::target_dir().join("bench")
+    } else {
+        crate::util::workspace_root()
+    };
+    let scratch = crate::util::target_dir().join("bench").join("scratch");
+    let _ = std::fs::remove_dir_all(&scratch);
+    std::fs::create_dir_all(&scratch)?;
+    let ctx = Ctx {
+        exe,
+        cat,
+        scratch,
+        quick: opts.quick,
+    };
+    let json_path = out_dir.join("bench-results.json");
+    let md_path = out_dir.join("BENCHMARKS.md");
+    // Keep what this invocation does not redo (the soak, or everything but the soak).
+    let previous: Option<BenchResults> = std::fs::read_to_string(&json_path)
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok());
+
+    let mut r = if opts.soak {
+        let mut r = previous.unwrap_or_default();
+        r.soak = Some(soak(&ctx, opts.minutes)?);
+        r
+    } else {
+        let mut r = full_run(&ctx, opts.runs)?;
+        r.soak = previous.and_then(|p| p.soak);
+        r
+    };
+    r.schema = SCHEMA.to_string();
+    r.targets = judge_targets(&r);
+    std::fs::create_dir_all(&out_dir)?;
+    std::fs::write(&json_path, serde_json::to_string_pretty(&r)? + "\n")?;
+    std::fs::write(&md_path, render_markdown(&r))?;
+    println!();
+    println!("bench: targets (issue 8):");
+    for t in &r.targets {
+        println!("  [{}] {}: {}", t.status, t.target, t.measured);
+    }
+    println!(
+        "bench: wrote {} and {}",
+        md_path.display(),
+        json_path.display()
+    );
+    Ok(())
+}
+
+fn machine(exe: &Path) -> Machine {
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let cpu_model = cpuinfo
+        .lines()
+        .find_map(|l| l.strip_prefix("model name"))
+        .and_then(|l| l.split_once(':'))
+        .map(|(_, m)| m.trim().to_string())
+        .unwrap_or_else(|| "unknown".into());
+    let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let kernel = crate::util::output(Command::new("uname").arg("-r"))
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default();
+    let date_utc = crate::util::output(Command::new("date").args(["-u", "+%Y-%m-%d %H:%M UTC"]))
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default();
+    let load_avg_at_start = std::fs::read_to_string("/proc/loadavg")
+        .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_default();
+    let lockscope_version = crate::util::output(Command::new(exe).arg("--version"))
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default();
+    Machine {
+        cpu_model,
+        cpus,
+        kernel,
+        date_utc,
+        loaded: parse::machine_is_loaded(&load_avg_at_start, cpus),
+        load_avg_at_start,
+        load_avg_at_end: String::new(),
+        lockscope_version,
+    }
+}
+
+fn workloads(quick: bool) -> Vec<WorkloadSpec> {
+    let secs = if quick { "1" } else { "3" };
+    let spec = |name: &str, args: &[&str]| WorkloadSpec {
+        name: name.to_string(),
+        args: args
+            .iter()
+            .map(|s| s.to_string())
+            .chain(["--json".to_string()])
+            .collect(),
+    };
+    vec![
+        // Fixed work (pages touched), not fixed time: ops/s from its own clock.
+        spec(
+            "mmap-fault",
+            if quick {
+                &["mmap-fault", "--mib", "128", "--rounds", "2"]
+            } else {
+                &["mmap-fault", "--mib", "256", "--rounds", "4"]
+            },
+        ),
+        spec("mmap-churn", &["mmap-churn", "--seconds", secs]),
+        spec("futex-mutex", &["futex-mutex", "--seconds", secs]),
+        spec(
+            "futex-mutex --pi",
+            &["futex-mutex", "--pi", "--seconds", secs],
+        ),
+    ]
+}
+
+/// Progress: `[run 17/100, 2m10s elapsed, ETA 6m20s] perf / mmap-churn`.
+struct Progress {
+    total: usize,
+    done: usize,
+    start: Instant,
+}
+
+impl Progress {
+    fn step(&mut self, what: &str) {
+        self.done += 1;
+        let elapsed = self.start.elapsed().as_secs_f64();
+        let eta = if self.done > 1 {
+            elapsed / (self.done - 1) as f64 * (self.total - self.done + 1) as f64
+        } else {
+            f64::NAN
+        };
+        println!(
+            "bench: [{}/{}, {} elapsed, ETA {}] {what}",
+            self.done,
+            self.total,
+            parse::fmt_duration(elapsed),
+            if eta.is_finite() {
+                parse::fmt_duration(eta)
+            } else {
+                "?".into()
+            }
+        );
+    }
+}
+
+fn full_run(ctx: &Ctx, runs: Option<usize>) -> Result<BenchResults> {
+    let started = Instant::now();
+    let runs = runs.unwrap_or(if ctx.quick { 1 } else { 5 });
+    if runs == 0 {
+        bail!("bench: --runs must be at least 1");
+    }
+    let mut machine = machine(&ctx.exe);
+    let specs = workloads(ctx.quick);
+    // Overhead runs, then cost, capacity steps and daemon cases.
+    let cap = capacity_plan(ctx.quick);
+    let mut progress = Progress {
+        total: runs * specs.len() * TOOLS.len() + 1 + cap.len() + 2,
+        done: 0,
+        start: Instant::now(),
+    };
+    println!(
+        "bench: {} run(s) of {} workloads under {} tools, alternating; then cost per \
+         event, capacity ({} steps) and daemon cost",
+        runs,
+        specs.len(),
+        TOOLS.len(),
+        cap.len()
+    );
+
+    let mut samples: Vec<Vec<Vec<RunSample>>> = vec![vec![Vec::new(); TOOLS.len()]; specs.len()];
+    for round in 0..runs {
+        for (wi, spec) in specs.iter().enumerate() {
+            for (ti, tool) in TOOLS.iter().enumerate() {
+                progress.step(&format!(
+                    "round {}/{runs}: {} under {}",
+                    round + 1,
+                    spec.name,
+                    tool.name()
+                ));
+                let mut s = run_once(ctx, *tool, &spec.args)
+                    .with_context(|| format!("bench: {} under {}", spec.name, tool.name()))?;
+                s.round = round + 1;
+                println!(
+                    "        {} ops/s{}",
+                    parse::fmt_si(s.throughput),
+                    s.events
+                        .map(|e| format!(
+                            ", {} events/s seen, lost {}",
+                            parse::fmt_si(e as f64 / s.window_s.max(1e-9)),
+                            s.lost.map_or("n/a".into(), |l| l.to_string())
+                        ))
+                        .unwrap_or_default()
+                );
+                samples[wi][ti].push(s);
+            }
+        }
+    }
+    let load_end = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    machine.loaded |= parse::machine_is_loaded(&load_end, machine.cpus);
+    machine.load_avg_at_end = load_end
+        .split_whitespace()
+        .take(3)
+        .collect::<Vec<_>>()
+        .join(" ");
+    let mut overhead = Vec::new();
+    for (wi, spec) in specs.iter().enumerate() {
+        let base = Spread::of(&throughputs(&samples[wi][0])).map(|s| s.median);
+        for (ti, tool) in TOOLS.iter().enumerate() {
+            overhead.push(summarize(&spec.name, *tool, &samples[wi][ti], base));
+        }
+    }
+
+    progress.step("cost per event (BPF run statistics, empty-program floor)");
+    let cost = cost_per_event(ctx)?;
+
+    let mut steps = Vec::new();
+    for args in &cap {
+        progress.step(&format!("capacity: {}", args.join(" ")));
+        let st = capacity_step(ctx, args)?;
+        println!(
+            "        {} events/s, lost {}{}",
+            parse::fmt_si(st.events_per_s),
+            st.lost,
+            st.exact
+                .map(|e| format!(", exact {e} ({:?} seen of {:?})", st.seen, st.truth))
+                .unwrap_or_default()
+        );
+        steps.push(st);
+    }
+    let capacity = summarize_capacity(steps);
+
+    let mut daemon = Vec::new();
+    progress.step("daemon cost under mmap-churn");
+    let churn_secs = if ctx.quick { 4.0 } else { 10.0 };
+    daemon.push(daemon_case(
+        ctx,
+        "mmap-churn",
+        &[
+            "mmap-churn".into(),
+            "--seconds".into(),
+            format!("{churn_secs}"),
+        ],
+        churn_secs,
+    )?);
+    progress.step("daemon cost with 10,000 contended locks");
+    daemon.push(daemon_10k(ctx)?);
+
+    Ok(BenchResults {
+        schema: SCHEMA.into(),
+        machine: Some(machine),
+        config: Some(Config {
+            quick: ctx.quick,
+            runs,
+            workloads: specs,
+            tools: TOOLS.iter().map(|t| t.name().to_string()).collect(),
+            elapsed_s: started.elapsed().as_secs_f64(),
+        }),
+        overhead,
+        cost: Some(cost),
+        capacity: Some(capacity),
+        daemon,
+        soak: None,
+        targets: Vec::new(),
+    })
+}
+
+fn throughputs(s: &[RunSample]) -> Vec<f64> {
+    s.iter().map(|r| r.throughput).collect()
+}
+
+fn summarize(workload: &str, tool: Tool, runs: &[RunSample], base: Option<f64>) -> OverheadRow {
+    let throughput = Spread::of(&throughputs(runs)).unwrap_or(Spread {
+        median: 0.0,
+        min: 0.0,
+        max: 0.0,
+        spread_pct: 0.0,
+        n: 0,
+    });
+    let med = |f: &dyn Fn(&RunSample) -> Option<f64>| {
+        let v: Vec<f64> = runs.iter().filter_map(f).collect();
+        parse::median(&v)
+    };
+    OverheadRow {
+        workload: workload.to_string(),
+        tool: tool.name().to_string(),
+        ratio_to_untraced: base.filter(|b| *b > 0.0).map(|b| throughput.median / b),
+        throughput,
+        events_per_s: med(&|r| r.events.map(|e| e as f64 / r.window_s.max(1e-9))),
+        cpu_s: med(&|r| r.cpu_s),
+        maxrss_kib: runs.iter().filter_map(|r| r.maxrss_kib).max(),
+        lost: runs
+            .iter()
+            .map(|r| r.lost)
+            .try_fold(0u64, |acc, l| l.map(|l| acc + l)),
+        runs: runs.to_vec(),
+    }
+}
+
+/// Run the workload once, under `tool`.
+fn run_once(ctx: &Ctx, tool: Tool, args: &[String]) -> Result<RunSample> {
+    let dir = &ctx.scratch;
+    let ready_timeout = Duration::from_secs(90);
+    let stop_timeout = Duration::from_secs(180);
+    let mut tracer = match tool {
+        Tool::Untraced => None,
+        Tool::Record => {
+            let mut c = ctx.lockscope();
+            c.args(["record", "-a", "-n", "1", "-o"])
+                .arg(dir.join("record.json"))
+                .arg("--")
+                .arg(&ctx.cat);
+            Some(Proc::spawn(c, dir, "record", true)?)
+        }
+        Tool::Serve => None, // below: it needs a port
+        Tool::Perf => {
+            let mut c = Command::new("perf");
+            c.args(["lock", "record", "-a", "-o"])
+                .arg(dir.join("perf.data"))
+                .arg("--")
+                .arg(&ctx.cat);
+            Some(Proc::spawn(c, dir, "perf", true)?)
+        }
+        Tool::Bpftrace => {
+            let mut c = Command::new("bpftrace");
+            c.args(["-e", BPFTRACE_SCRIPT, "-c"]).arg(&ctx.cat);
+            Some(Proc::spawn(c, dir, "bpftrace", true)?)
+        }
+    };
+    let mut serve = None;
+    if tool == Tool::Serve {
+        let (p, port) = start_serve(ctx, "serve")?;
+        serve = Some((Scraper::start(port), port));
+        tracer = Some(p);
+    }
+    if let Some(t) = tracer.as_mut()
+        && tool != Tool::Serve
+    {
+        let pid = t.pid;
+        proc::wait_ready(t, ready_timeout, || proc::has_child_named(pid, "cat"))?;
+    }
+    let ready = Instant::now();
+    let w = run_workload(ctx, args)?;
+    let window_s = ready.elapsed().as_secs_f64();
+    let mut sample = RunSample {
+        throughput: w["ops_per_s"].as_f64().unwrap_or(0.0),
+        real_s: w["real_s"].as_f64().unwrap_or(0.0),
+        window_s,
+        ..Default::default()
+    };
+    let Some(mut t) = tracer else {
+        return Ok(sample);
+    };
+    if let Some((scraper, port)) = serve {
+        let st = scraper.finish(port);
+        t.signal(libc::SIGTERM);
+        let u = t.wait(stop_timeout)?;
+        sample.cpu_s = Some(u.cpu_s);
+        sample.maxrss_kib = Some(u.maxrss_kib);
+        sample.scrapes = Some(st.ok);
+        if st.failed > 0 {
+            bail!(
+                "bench: {} of the scrapes of lockscope serve failed",
+                st.failed
+            );
+        }
+        sample.events = parse::prom_sum(
+            &st.last,
+            "lockscope_contention_events_total",
+            &[("event", "begin")],
+        )
+        .map(|v| v as u64);
+        sample.lost =
+            parse::prom_sum(&st.last, "lockscope_events_lost_total", &[]).map(|v| v as u64);
+        sample.lost_by_reason =
+            parse::prom_by_label(&st.last, "lockscope_events_lost_total", "reason")
+                .into_iter()
+                .filter(|(_, v)| *v > 0.0)
+                .map(|(k, v)| (k, v as u64))
+                .collect();
+        if let Some(traced) = parse::prom_sum(&st.last, "lockscope_traced_seconds", &[]) {
+            sample.window_s = traced;
+        }
+        return Ok(sample);
+    }
+    let u = t.wait(stop_timeout)?;
+    sample.cpu_s = Some(u.cpu_s);
+    sample.maxrss_kib = Some(u.maxrss_kib);
+    match tool {
+        Tool::Record => {
+            let rec = read_json(&dir.join("record.json"))?;
+            sample.events = rec["events"]["begin"].as_u64();
+            sample.lost = Some(lost_total(&rec));
+            sample.lost_by_reason = rec["lost"]
+                .as_object()
+                .into_iter()
+                .flatten()
+                .filter_map(|(k, v)| Some((k.clone(), v.as_u64().filter(|n| *n > 0)?)))
+                .collect();
+        }
+        Tool::Perf => {
+            let data = dir.join("perf.data");
+            let text = crate::util::output(
+                Command::new("perf")
+                    .args(["report", "--stats", "-i"])
+                    .arg(&data),
+            )?;
+            let st = parse::parse_perf_stats(&text);
+            sample.events = Some(st.begin);
+            sample.lost = Some(st.lost_records);
+            let _ = std::fs::remove_file(&data);
+        }
+        Tool::Bpftrace => {
+            let m = parse::parse_bpftrace_scalars(&t.stdout_text());
+            sample.events = Some(
+                *m.get("begin")
+                    .context("bench: bpftrace printed no @begin")?,
+            );
+        }
+        Tool::Untraced | Tool::Serve => {}
+    }
+    Ok(sample)
+}
+
+fn lost_total(rec: &Value) -> u64 {
+    rec["lost"]
+        .as_object()
+        .map_or(0, |m| m.values().filter_map(Value::as_u64).sum())
+}
+
+fn read_json(path: &Path) -> Result<Value> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("bench: reading {}", path.display()))?;
+    serde_json::from_str(&text).with_context(|| format!("bench: parsing {}", path.display()))
+}
+
+/// `lockscope workload ARGS` (with `--json`), to completion; its summary.
+fn run_workload(ctx: &Ctx, args: &[String]) -> Result<Value> {
+    let mut p = Proc::spawn(ctx.workload_cmd(args), &ctx.scratch, "workload", false)?;
+    p.wait(Duration::from_secs(600))?;
+    parse::workload_summary(&p.stdout_text()).with_context(|| {
+        format!(
+            "bench: `lockscope workload {}` printed no JSON summary",
+            args.join(" ")
+        )
+    })
+}
+
+/// Start `lockscope serve` on a free port and wait for /healthz (probes attached).
+fn start_serve(ctx: &Ctx, name: &str) -> Result<(Proc, u16)> {
+    let port = proc::free_port()?;
+    let mut c = ctx.lockscope();
+    c.args(["serve", "--interval", "1s", "--listen"])
+        .arg(format!("127.0.0.1:{port}"));
+    let mut p = Proc::spawn(c, &ctx.scratch, name, false)?;
+    proc::wait_ready(&mut p, Duration::from_secs(90), || {
+        matches!(proc::http_get(port, "/healthz"), Ok((200, _)))
+    })?;
+    Ok((p, port))
+}
+
+/// Cost per event: lockscope record and the empty floor program side by side, with
+/// the kernel's BPF run statistics on.
+fn cost_per_event(ctx: &Ctx) -> Result<Cost> {
+    let dir = &ctx.scratch;
+    let _stats = proc::BpfStats::enable()?;
+    let mut rec_cmd = ctx.lockscope();
+    rec_cmd
+        .args(["record", "-a", "-n", "1", "-o"])
+        .arg(dir.join("cost.json"))
+        .arg("--")
+        .arg(&ctx.cat);
+    let mut rec = Proc::spawn(rec_cmd, dir, "cost-record", true)?;
+    let mut floor_cmd = Command::new("bpftrace");
+    floor_cmd.args(["-e", BPFTRACE_FLOOR, "-c"]).arg(&ctx.cat);
+    let mut floor = Proc::spawn(floor_cmd, dir, "cost-floor", true)?;
+    let (rp, fp) = (rec.pid, floor.pid);
+    proc::wait_ready(&mut rec, Duration::from_secs(90), || {
+        proc::has_child_named(rp, "cat")
+    })?;
+    proc::wait_ready(&mut floor, Duration::from_secs(90), || {
+        proc::has_child_named(fp, "cat")
+    })?;
+    // Programs run before the workload starts too: measure deltas over it.
+    let before_rec = proc::prog_fdinfos(rp);
+    let before_floor = proc::prog_fdinfos(fp);
+    let cpu_before = proc::cpu_seconds(rp).unwrap_or(0.0);
+    let secs = if ctx.quick { "1" } else { "3" };
+    let workload = vec![
+        "mmap-churn".to_string(),
+        "--seconds".into(),
+        secs.into(),
+        "--json".into(),
+    ];
+    run_workload(ctx, &workload)?;
+    let after_rec = proc::prog_fdinfos(rp);
+    let after_floor = proc::prog_fdinfos(fp);
+    let cpu_after = proc::cpu_seconds(rp).unwrap_or(0.0);
+    let names = crate::util::output(Command::new("bpftool").args(["prog", "show", "--json"]))
+        .ok()
+        .and_then(|t| serde_json::from_str::<Value>(&t).ok())
+        .map(|v| parse::prog_names(&v))
+        .unwrap_or_default();
+    rec.wait(Duration::from_secs(180))?;
+    floor.wait(Duration::from_secs(180))?;
+    // The recording must be readable (the run really traced), though the counts used
+    // are the programs' own over the workload window.
+    read_json(&dir.join("cost.json"))?;
+
+    let delta = |owner: &str, before: &[parse::ProgFdInfo], after: &[parse::ProgFdInfo]| {
+        after
+            .iter()
+            .map(|a| {
+                let b = before.iter().find(|b| b.prog_id == a.prog_id);
+                let run_cnt = a.run_cnt - b.map_or(0, |b| b.run_cnt);
+                let run_time_ns = a.run_time_ns - b.map_or(0, |b| b.run_time_ns);
+                ProgCost {
+                    owner: owner.to_string(),
+                    name: names
+                        .get(&u64::from(a.prog_id))
+                        .cloned()
+                        .unwrap_or_else(|| format!("id {}", a.prog_id)),
+                    run_cnt,
+                    run_time_ns,
+                    ns_per_run: (run_cnt > 0).then(|| run_time_ns as f64 / run_cnt as f64),
+                }
+            })
+            .collect::<Vec<_>>()
+    };
+    let mut programs = delta("lockscope", &before_rec, &after_rec);
+    programs.retain(|p| p.run_cnt > 0);
+    programs.sort_by_key(|p| std::cmp::Reverse(p.run_cnt));
+    let floor_progs = delta("floor", &before_floor, &after_floor);
+    let floor_ns = floor_progs
+        .iter()
+        .filter(|p| p.run_cnt > 0)
+        .max_by_key(|p| p.run_cnt)
+        .and_then(|p| p.ns_per_run);
+    // Kernel program names are cut at 15 characters (`contention_begi`).
+    let by_name = |n: &str| {
+        programs
+            .iter()
+            .find(|p| p.name.starts_with(n))
+            .and_then(|p| p.ns_per_run)
+    };
+    let (begin_ns, end_ns) = (by_name("contention_beg"), by_name("contention_end"));
+    let worst = match (begin_ns, end_ns) {
+        (Some(b), Some(e)) => Some(b.max(e)),
+        (b, e) => b.or(e),
+    };
+    // Events over the workload window: contention_begin runs.
+    let events = programs
+        .iter()
+        .find(|p| p.name.starts_with("contention_beg"))
+        .map_or(0, |p| p.run_cnt);
+    let total_ns: u64 = programs.iter().map(|p| p.run_time_ns).sum();
+    programs.extend(floor_progs.into_iter().filter(|p| p.run_cnt > 0));
+    Ok(Cost {
+        workload: workload.join(" "),
+        programs,
+        floor_ns,
+        begin_ns,
+        end_ns,
+        ratio_to_floor: worst.zip(floor_ns).map(|(w, f)| w / f),
+        contention_events: events,
+        ns_per_contention_event: (events > 0).then(|| total_ns as f64 / events as f64),
+        user_cpu_ns_per_event: (events > 0).then(|| (cpu_after - cpu_before) * 1e9 / events as f64),
+    })
+}
+
+/// Capacity ladder: more threads, shorter critical sections.
+fn capacity_plan(quick: bool) -> Vec<Vec<String>> {
+    let secs = if quick { "1" } else { "2" };
+    let v = |a: &[&str]| -> Vec<String> {
+        a.iter()
+            .map(|s| s.to_string())
+            .chain(["--seconds".into(), secs.into(), "--json".into()])
+            .collect()
+    };
+    if quick {
+        return vec![
+            v(&["mmap-churn", "--threads", "2"]),
+            v(&[
+                "futex-mutex",
+                "--threads",
+                "4",
+                "--load",
+                "200",
+                "--gap",
+                "0",
+            ]),
+        ];
+    }
+    // Measured here: futex contention does not grow monotonically with threads (long
+    // holds with many threads convoy: waiters sleep, few calls), so the ladder mixes
+    // thread counts with a long-hold, no-gap variant, the configuration that made the
+    // most futex calls per second.
+    vec![
+        v(&["mmap-churn", "--threads", "2"]),
+        v(&["mmap-churn", "--threads", "4"]),
+        v(&["mmap-churn", "--threads", "8"]),
+        v(&["mmap-churn", "--threads", "16"]),
+        v(&["futex-mutex", "--threads", "2"]),
+        v(&["futex-mutex", "--threads", "4"]),
+        v(&["futex-mutex", "--threads", "16"]),
+        v(&["futex-mutex", "--threads", "64"]),
+        v(&[
+            "futex-mutex",
+            "--threads",
+            "4",
+            "--load",
+            "200",
+            "--gap",
+            "0",
+        ]),
+        v(&["futex-mutex", "--pi", "--threads", "8"]),
+    ]
+}
+
+/// `lockscope record -- lockscope workload ARGS`: rate, loss, and (futex-mutex) the
+/// workload's own call counts against what lockscope recorded on its lock.
+fn capacity_step(ctx: &Ctx, args: &[String]) -> Result<CapacityStep> {
+    let dir = &ctx.scratch;
+    let out = dir.join("capacity.json");
+    let mut c = ctx.lockscope();
+    c.args(["record", "-n", "1", "-o"])
+        .arg(&out)
+        .arg("--")
+        .arg(&ctx.exe)
+        .arg("workload")
+        .args(args);
+    let mut p = Proc::spawn(c, dir, "capacity", false)?;
+    p.wait(Duration::from_secs(300))?;
+    let w = parse::workload_summary(&p.stdout_text())
+        .context("bench: the traced workload printed no JSON summary")?;
+    let rec = read_json(&out)?;
+    let duration_s = rec["duration_s"].as_f64().unwrap_or(0.0).max(1e-9);
+    let kernel_events = rec["events"]["begin"].as_u64().unwrap_or(0);
+    let futex_calls = rec["futex_events"]["enter"].as_u64().unwrap_or(0);
+    let lost = lost_total(&rec);
+    let mut step = CapacityStep {
+        workload: args[0].clone(),
+        args: args.to_vec(),
+        duration_s,
+        kernel_events,
+        futex_calls,
+        events_per_s: (kernel_events + futex_calls) as f64 / duration_s,
+        lost,
+        ..Default::default()
+    };
+    if args[0] == "futex-mutex" {
+        let lock = w["lock"].as_str().unwrap_or_default().to_string();
+        let n = |v: &Value, k: &str| v[k].as_u64().unwrap_or(0);
+        let truth =
+            n(&w, "futex_wait") + n(&w, "futex_wake") + n(&w, "lock_pi") + n(&w, "unlock_pi");
+        let seen: u64 = rec["locks"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|l| l["addr"].as_str() == Some(lock.as_str()) && l["futex"].is_object())
+            .map(|l| {
+                let f = &l["futex"];
+                n(f, "wait_calls")
+                    + n(f, "wake_calls")
+                    + n(f, "lock_pi_calls")
+                    + n(f, "unlock_pi_calls")
+            })
+            .sum();
+        step.truth = Some(truth);
+        step.seen = Some(seen);
+        step.exact = Some(seen + lost == truth);
+    }
+    Ok(step)
+}
+
+fn summarize_capacity(steps: Vec<CapacityStep>) -> Capacity {
+    let max_zero = steps
+        .iter()
+        .filter(|s| s.lost == 0)
+        .map(|s| s.events_per_s)
+        .fold(0.0, f64::max);
+    let loss_seen = steps.iter().any(|s| s.lost > 0);
+    let note = if loss_seen {
+        "Loss began beyond that rate; `exact` says whether every lost event was \
+         counted."
+            .to_string()
+    } else {
+        format!(
+            "No step lost an event: {} is the highest rate these workloads produced here \
+             (the rate does not keep rising with threads on 2 CPUs), so it is a lower bound \
+             of lockscope's capacity, and counting of loss beyond capacity was not exercised.",
+            parse::fmt_si(max_zero)
+        )
+    };
+    Capacity {
+        steps,
+        max_zero_loss_events_per_s: max_zero,
+        loss_seen,
+        note,
+    }
+}
+
+/// `lockscope serve` while a workload runs: CPU % and RSS over a steady window.
+fn daemon_case(ctx: &Ctx, name: &str, args: &[String], seconds: f64) -> Result<DaemonCase> {
+    let (mut serve, port) = start_serve(ctx, "daemon")?;
+    let scraper = Scraper::start(port);
+    let mut wargs = args.to_vec();
+    wargs.push("--json".into());
+    let mut w = Proc::spawn(
+        ctx.workload_cmd(&wargs),
+        &ctx.scratch,
+        "daemon-workload",
+        false,
+    )?;
+    let warmup = (seconds / 4.0).clamp(1.0, 5.0);
+    std::thread::sleep(Duration::from_secs_f64(warmup));
+    let t0 = Instant::now();
+    let c0 = proc::cpu_seconds(serve.pid).context("bench: serve exited")?;
+    std::thread::sleep(Duration::from_secs_f64((seconds - warmup - 1.0).max(1.0)));
+    let c1 = proc::cpu_seconds(serve.pid).context("bench: serve exited")?;
+    let window_s = t0.elapsed().as_secs_f64();
+    let (rss, hwm) = proc::rss_kib(serve.pid).unzip();
+    w.wait(Duration::from_secs_f64(seconds + 120.0))?;
+    let st = scraper.finish(port);
+    serve.signal(libc::SIGTERM);
+    serve.wait(Duration::from_secs(60))?;
+    let series: std::collections::BTreeSet<&str> = st
+        .last
+        .lines()
+        .filter(|l| l.starts_with("lockscope_lock_contentions_total{"))
+        .filter_map(|l| l.split("lock=\"").nth(1)?.split('"').next())
+        .collect();
+    Ok(DaemonCase {
+        name: name.to_string(),
+        workload_args: args.to_vec(),
+        status: "measured".into(),
+        reason: String::new(),
+        window_s,
+        cpu_pct: Some((c1 - c0) / window_s * 100.0),
+        rss_kib: rss,
+        hwm_kib: hwm,
+        scrapes: st.ok,
+        scrape_failures: st.failed,
+        lock_series: series.len(),
+    })
+}
+
+/// The 10,000-lock case needs `futex-mutex --locks`; skipped (said so) without it.
+fn daemon_10k(ctx: &Ctx) -> Result<DaemonCase> {
+    let secs = if ctx.quick { 4.0 } else { 10.0 };
+    let args: Vec<String> = [
+        "futex-mutex",
+        "--threads",
+        "8",
+        "--locks",
+        "10000",
+        "--seconds",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .chain([format!("{secs}")])
+    .collect();
+    let help =
+        crate::util::output(&mut ctx.workload_cmd(&["futex-mutex".into(), "--help".into()]))?;
+    if !help.contains("--locks") {
+        let reason = "this lockscope has no `workload futex-mutex --locks` yet".to_string();
+        println!("bench: skipping the 10,000-lock daemon case: {reason}");
+        return Ok(DaemonCase {
+            name: "10k-locks".into(),
+            workload_args: args,
+            status: "skipped".into(),
+            reason,
+            ..Default::default()
+        });
+    }
+    daemon_case(ctx, "10k-locks", &args, secs)
+}
+
+/// `--soak`: serve under mmap-churn for `minutes`, RSS sampled every 10 s.
+fn soak(ctx: &Ctx, minutes: f64) -> Result<Soak> {
+    if !(minutes > 0.0 && minutes.is_finite()) {
+        bail!("bench: --minutes must be a positive number, got {minutes}");
+    }
+    let total = minutes * 60.0;
+    let warmup = (total / 10.0).min(30.0);
+    let date_utc = crate::util::output(Command::new("date").args(["-u", "+%Y-%m-%d %H:%M UTC"]))
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default();
+    println!(
+        "bench: soak: lockscope serve under mmap-churn for {minutes} min (warm-up {warmup:.0} s)"
+    );
+    let (mut serve, port) = start_serve(ctx, "soak")?;
+    let scraper = Scraper::start(port);
+    let args: Vec<String> = vec![
+        "mmap-churn".into(),
+        "--seconds".into(),
+        format!("{}", total + 5.0),
+        "--json".into(),
+    ];
+    let mut w = Proc::spawn(
+        ctx.workload_cmd(&args),
+        &ctx.scratch,
+        "soak-workload",
+        false,
+    )?;
+    let t0 = Instant::now();
+    let mut samples = Vec::new();
+    let mut start = None;
+    let mut cpu0 = None;
+    let mut next = 0.0;
+    let mut last_rss = 0;
+    let mut counts_start = (0, 0);
+    while t0.elapsed().as_secs_f64() < total {
+        let t = t0.elapsed().as_secs_f64();
+        if start.is_none() && t >= warmup {
+            start = proc::rss_kib(serve.pid).map(|(r, _)| (t, r));
+            counts_start = snapshot_counts(port);
+            cpu0 = proc::cpu_seconds(serve.pid).map(|c| (t, c));
+        }
+        if t >= next {
+            let (rss, _) =
+                proc::rss_kib(serve.pid).context("bench: serve exited during the soak")?;
+            samples.push((t.round(), rss));
+            last_rss = rss;
+            if (samples.len() - 1) % 6 == 0 {
+                println!(
+                    "bench: soak {} / {}: RSS {:.1} MiB",
+                    parse::fmt_duration(t),
+                    parse::fmt_duration(total),
+                    rss as f64 / 1024.0
+                );
+            }
+            next += 10.0;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let end_t = t0.elapsed().as_secs_f64();
+    let (rss_end, _) = proc::rss_kib(serve.pid).unwrap_or((last_rss, 0));
+    let counts_end = snapshot_counts(port);
+    let cpu1 = proc::cpu_seconds(serve.pid).unwrap_or(0.0);
+    samples.push((end_t.round(), rss_end));
+    let st = scraper.finish(port);
+    serve.signal(libc::SIGTERM);
+    serve.wait(Duration::from_secs(60))?;
+    w.signal(libc::SIGTERM);
+    w.wait(Duration::from_secs(60))?;
+    let (_, rss_start) = start.context("bench: the soak ended before its warm-up")?;
+    let change_pct = (rss_end as f64 - rss_start as f64) / rss_start as f64 * 100.0;
+    let cpu_pct = cpu0.map_or(0.0, |(t, c)| (cpu1 - c) / (end_t - t).max(1e-9) * 100.0);
+    if st.failed > 0 {
+        println!("bench: soak: {} scrapes failed", st.failed);
+    }
+    Ok(Soak {
+        minutes,
+        workload_args: args,
+        warmup_s: warmup,
+        rss_start_kib: rss_start,
+        rss_end_kib: rss_end,
+        change_pct,
+        within_10pct: change_pct.abs() <= 10.0,
+        cpu_pct,
+        scrapes: st.ok,
+        scrape_failures: st.failed,
+        samples,
+        date_utc,
+        locks_start: counts_start.0,
+        callers_start: counts_start.1,
+        locks_end: counts_end.0,
+        callers_end: counts_end.1,
+    })
+}
+
+/// (lock entries, caller stacks) in `lockscope serve`'s `/api/snapshot`; zeros if it
+/// cannot be read.
+fn snapshot_counts(port: u16) -> (usize, usize) {
+    let Ok((200, body)) = proc::http_get(port, "/api/snapshot") else {
+        return (0, 0);
+    };
+    let Ok(rec) = serde_json::from_str::<Value>(&body) else {
+        return (0, 0);
+    };
+    let locks = rec["locks"].as_array().map_or(&[][..], |v| v.as_slice());
+    let callers = locks
+        .iter()
+        .map(|l| l["callers"].as_array().map_or(0, Vec::len))
+        .sum();
+    (locks.len(), callers)
+}

@@ -1,0 +1,869 @@
+//! The benchmark's results (written as `bench-results.json`), the targets of issue 8
+//! judged from them, and their Markdown rendering (`BENCHMARKS.md`). Pure.
+
+use std::fmt::Write as _;
+
+use serde::{Deserialize, Serialize};
+
+use super::parse::{Spread, fmt_si};
+
+pub const SCHEMA: &str = "lockscope.bench/1";
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct BenchResults {
+    pub schema: String,
+    #[serde(default)]
+    pub machine: Option<Machine>,
+    #[serde(default)]
+    pub config: Option<Config>,
+    #[serde(default)]
+    pub overhead: Vec<OverheadRow>,
+    #[serde(default)]
+    pub cost: Option<Cost>,
+    #[serde(default)]
+    pub capacity: Option<Capacity>,
+    #[serde(default)]
+    pub daemon: Vec<DaemonCase>,
+    #[serde(default)]
+    pub soak: Option<Soak>,
+    #[serde(default)]
+    pub targets: Vec<TargetCheck>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Machine {
+    pub cpu_model: String,
+    pub cpus: usize,
+    pub kernel: String,
+    pub date_utc: String,
+    pub load_avg_at_start: String,
+    /// Load average at the end of the overhead runs.
+    #[serde(default)]
+    pub load_avg_at_end: String,
+    /// The 1-minute load average exceeded half the CPUs: figures are noisy.
+    #[serde(default)]
+    pub loaded: bool,
+    pub lockscope_version: String,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Config {
+    pub quick: bool,
+    pub runs: usize,
+    pub workloads: Vec<WorkloadSpec>,
+    pub tools: Vec<String>,
+    pub elapsed_s: f64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WorkloadSpec {
+    /// Name in the tables, e.g. `futex-mutex --pi`.
+    pub name: String,
+    /// Arguments after `lockscope workload`.
+    pub args: Vec<String>,
+}
+
+/// One run of one workload under one tool.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct RunSample {
+    pub round: usize,
+    /// The workload's own ops per second.
+    pub throughput: f64,
+    /// The workload's own wall time.
+    pub real_s: f64,
+    /// Tracing window: from the tool being ready to the stop request.
+    pub window_s: f64,
+    /// `lock:contention_begin` events the tool saw.
+    pub events: Option<u64>,
+    pub lost: Option<u64>,
+    /// lockscope: what was lost, by reason (only reasons with a non-zero count).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub lost_by_reason: std::collections::BTreeMap<String, u64>,
+    /// The tool's own CPU time (user + system) over its whole life.
+    pub cpu_s: Option<f64>,
+    /// The tool's peak RSS.
+    pub maxrss_kib: Option<u64>,
+    /// `lockscope serve` only: successful scrapes.
+    pub scrapes: Option<u64>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct OverheadRow {
+    pub workload: String,
+    pub tool: String,
+    pub throughput: Spread,
+    /// Median throughput over the untraced median.
+    pub ratio_to_untraced: Option<f64>,
+    pub events_per_s: Option<f64>,
+    pub cpu_s: Option<f64>,
+    pub maxrss_kib: Option<u64>,
+    pub lost: Option<u64>,
+    pub runs: Vec<RunSample>,
+}
+
+impl OverheadRow {
+    /// Slowdown versus untraced in percent (positive: slower).
+    pub fn slowdown_pct(&self) -> Option<f64> {
+        self.ratio_to_untraced.map(|r| (1.0 - r) * 100.0)
+    }
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct ProgCost {
+    /// `lockscope` or `floor` (the empty bpftrace program).
+    pub owner: String,
+    pub name: String,
+    pub run_cnt: u64,
+    pub run_time_ns: u64,
+    pub ns_per_run: Option<f64>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Cost {
+    pub workload: String,
+    pub programs: Vec<ProgCost>,
+    /// Empty `tracepoint:lock:contention_begin {}` program, ns per run.
+    pub floor_ns: Option<f64>,
+    pub begin_ns: Option<f64>,
+    pub end_ns: Option<f64>,
+    /// max(begin, end) / floor.
+    pub ratio_to_floor: Option<f64>,
+    /// `lock:contention_begin` events lockscope counted in the window.
+    pub contention_events: u64,
+    /// All of lockscope's programs' run time over `contention_events`.
+    pub ns_per_contention_event: Option<f64>,
+    /// lockscope's userspace CPU time over `contention_events`.
+    pub user_cpu_ns_per_event: Option<f64>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct CapacityStep {
+    pub workload: String,
+    pub args: Vec<String>,
+    pub duration_s: f64,
+    pub kernel_events: u64,
+    pub futex_calls: u64,
+    pub events_per_s: f64,
+    pub lost: u64,
+    /// Futex workloads: FUTEX_WAIT + FUTEX_WAKE calls the workload counted itself...
+    pub truth: Option<u64>,
+    /// ... and those lockscope recorded on the workload's lock.
+    pub seen: Option<u64>,
+    /// `seen + lost == truth`.
+    pub exact: Option<bool>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Capacity {
+    pub steps: Vec<CapacityStep>,
+    /// Highest events/s (kernel contention + futex calls) with zero loss.
+    pub max_zero_loss_events_per_s: f64,
+    pub loss_seen: bool,
+    pub note: String,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct DaemonCase {
+    pub name: String,
+    pub workload_args: Vec<String>,
+    /// `measured` or `skipped`.
+    pub status: String,
+    pub reason: String,
+    pub window_s: f64,
+    pub cpu_pct: Option<f64>,
+    pub rss_kib: Option<u64>,
+    pub hwm_kib: Option<u64>,
+    pub scrapes: u64,
+    pub scrape_failures: u64,
+    /// Distinct `lock` label values in the last scrape.
+    pub lock_series: usize,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Soak {
+    pub minutes: f64,
+    pub workload_args: Vec<String>,
+    pub warmup_s: f64,
+    pub rss_start_kib: u64,
+    pub rss_end_kib: u64,
+    pub change_pct: f64,
+    pub within_10pct: bool,
+    pub cpu_pct: f64,
+    pub scrapes: u64,
+    pub scrape_failures: u64,
+    /// (seconds since start, VmRSS KiB), every 10 s.
+    pub samples: Vec<(f64, u64)>,
+    /// Lock entries and caller stacks in `/api/snapshot` (everything recorded since
+    /// start, system-wide) after the warm-up and at the end: what the RSS tracks.
+    #[serde(default)]
+    pub locks_start: usize,
+    #[serde(default)]
+    pub locks_end: usize,
+    #[serde(default)]
+    pub callers_start: usize,
+    #[serde(default)]
+    pub callers_end: usize,
+    pub date_utc: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct TargetCheck {
+    pub target: String,
+    pub measured: String,
+    /// `met`, `missed` or `not measured`.
+    pub status: String,
+}
+
+/// Above this spread of a tool's runs, slowdown targets of a few percent are
+/// reported as inconclusive.
+pub const NOISY_SPREAD_PCT: f64 = 10.0;
+/// Fewer runs than this (e.g. `--quick`) cannot show a spread: also inconclusive.
+pub const MIN_RUNS: usize = 3;
+
+fn row<'a>(r: &'a BenchResults, workload: &str, tool: &str) -> Option<&'a OverheadRow> {
+    r.overhead
+        .iter()
+        .find(|o| o.workload == workload && o.tool == tool)
+}
+
+fn check(target: &str, measured: String, met: Option<bool>) -> TargetCheck {
+    TargetCheck {
+        target: target.to_string(),
+        measured,
+        status: match met {
+            Some(true) => "met",
+            Some(false) => "missed",
+            None => "not measured",
+        }
+        .to_string(),
+    }
+}
+
+/// Judge issue 8's targets from the results.
+pub fn judge_targets(r: &BenchResults) -> Vec<TargetCheck> {
+    let mut out = Vec::new();
+    for w in ["mmap-churn", "futex-mutex"] {
+        let rec = row(r, w, "record").and_then(OverheadRow::slowdown_pct);
+        let perf = row(r, w, "perf").and_then(OverheadRow::slowdown_pct);
+        // A few-percent target cannot be judged from runs that spread by more than
+        // NOISY_SPREAD_PCT: say so instead of calling it met or missed.
+        let noisy = ["untraced", "record", "perf"].iter().any(|t| {
+            row(r, w, t).is_some_and(|o| {
+                o.throughput.spread_pct > NOISY_SPREAD_PCT || o.throughput.n < MIN_RUNS
+            })
+        });
+        let spread_note = if noisy {
+            format!(
+                " (fewer than {MIN_RUNS} runs or runs spread > {NOISY_SPREAD_PCT:.0}%: \
+                 inconclusive)"
+            )
+        } else {
+            String::new()
+        };
+        let mut c = check(
+            &format!("`record` on {w}: at most 3% slowdown vs untraced"),
+            rec.map_or("n/a".into(), |s| format!("{s:.1}% slowdown{spread_note}")),
+            rec.map(|s| s <= 3.0),
+        );
+        if noisy && rec.is_some() {
+            c.status = "inconclusive".into();
+        }
+        out.push(c);
+        let five_x = match (rec, perf) {
+            // A tracer that is not measurably slower than untraced meets it whatever
+            // perf does; otherwise perf's slowdown must be 5x larger.
+            (Some(rs), Some(ps)) => Some(rs <= 0.0 || ps >= 5.0 * rs),
+            _ => None,
+        };
+        let mut c = check(
+            &format!("`record` on {w}: at least 5x less slowdown than `perf lock record -a`"),
+            match (rec, perf) {
+                (Some(rs), Some(ps)) => format!("record {rs:.1}%, perf {ps:.1}%{spread_note}"),
+                _ => "n/a".into(),
+            },
+            five_x,
+        );
+        if noisy && five_x.is_some() {
+            c.status = "inconclusive".into();
+        }
+        out.push(c);
+    }
+    let cost = r.cost.as_ref();
+    let ratio = cost.and_then(|c| c.ratio_to_floor);
+    out.push(check(
+        "cost per contention event within 3x of an empty tracepoint program",
+        match cost {
+            Some(c) => format!(
+                "begin {} ns, end {} ns, floor {} ns: {}",
+                opt(c.begin_ns, 0),
+                opt(c.end_ns, 0),
+                opt(c.floor_ns, 0),
+                ratio.map_or("n/a".into(), |x| format!("{x:.2}x"))
+            ),
+            None => "n/a".into(),
+        },
+        ratio.map(|x| x <= 3.0),
+    ));
+    let d = r
+        .daemon
+        .iter()
+        .find(|d| d.name == "10k-locks" && d.status == "measured");
+    out.push(check(
+        "daemon at 1 s: < 1% of one CPU and < 64 MiB RSS with 10,000 contended locks",
+        match (d, r.daemon.iter().find(|d| d.name == "10k-locks")) {
+            (Some(d), _) => format!(
+                "{:.2}% CPU, {:.1} MiB RSS",
+                d.cpu_pct.unwrap_or(f64::NAN),
+                d.rss_kib.unwrap_or(0) as f64 / 1024.0
+            ),
+            (None, Some(s)) => format!("skipped: {}", s.reason),
+            (None, None) => "n/a".into(),
+        },
+        d.map(|d| d.cpu_pct.is_some_and(|c| c < 1.0) && d.rss_kib.is_some_and(|k| k < 64 * 1024)),
+    ));
+    let cap = r.capacity.as_ref();
+    let two = cap.and_then(|c| {
+        c.steps.iter().find(|s| {
+            s.workload == "mmap-churn" && s.args.windows(2).any(|a| a == ["--threads", "2"])
+        })
+    });
+    out.push(check(
+        "zero lost events at the rate of mmap-churn with 2 threads",
+        two.map_or("n/a".into(), |s| {
+            format!("{} events/s, {} lost", fmt_si(s.events_per_s), s.lost)
+        }),
+        two.map(|s| s.lost == 0),
+    ));
+    let exact: Vec<&CapacityStep> = cap
+        .map(|c| c.steps.iter().filter(|s| s.exact.is_some()).collect())
+        .unwrap_or_default();
+    // Counts must be exact with or without loss; whether *loss* is counted exactly can
+    // only be judged from a step that lost something.
+    let lossy = exact.iter().filter(|s| s.lost > 0).count();
+    let all_exact = exact.iter().all(|s| s.exact == Some(true));
+    out.push(check(
+        "loss beyond capacity counted exactly (workload's own futex calls = seen + lost)",
+        if exact.is_empty() {
+            "n/a".into()
+        } else if lossy == 0 {
+            format!(
+                "no step lost an event, so loss counting was not exercised; {}/{} futex-mutex \
+                 steps had seen == truth",
+                exact.iter().filter(|s| s.exact == Some(true)).count(),
+                exact.len()
+            )
+        } else {
+            format!(
+                "{}/{} futex-mutex steps exact, {lossy} of them with loss",
+                exact.iter().filter(|s| s.exact == Some(true)).count(),
+                exact.len()
+            )
+        },
+        if exact.is_empty() {
+            None
+        } else if !all_exact {
+            Some(false)
+        } else if lossy == 0 {
+            None
+        } else {
+            Some(true)
+        },
+    ));
+    let soak = r.soak.as_ref();
+    out.push(check(
+        "serve soak under mmap-churn: RSS at end within 10% of start",
+        soak.map_or("not run (`cargo xtask bench --soak`)".into(), |s| {
+            format!(
+                "{:.0} min: {:.1} -> {:.1} MiB ({:+.1}%)",
+                s.minutes,
+                s.rss_start_kib as f64 / 1024.0,
+                s.rss_end_kib as f64 / 1024.0,
+                s.change_pct
+            )
+        }),
+        soak.map(|s| s.within_10pct),
+    ));
+    out
+}
+
+fn opt(v: Option<f64>, decimals: usize) -> String {
+    v.map_or("n/a".into(), |v| format!("{v:.decimals$}"))
+}
+
+fn mib(kib: Option<u64>) -> String {
+    kib.map_or("n/a".into(), |k| format!("{:.1}", k as f64 / 1024.0))
+}
+
+const TOOL_LABELS: &[(&str, &str)] = &[
+    ("untraced", "untraced"),
+    ("record", "`lockscope record`"),
+    ("serve", "`lockscope serve` (1 s, scraped 1/s)"),
+    ("perf", "`perf lock record -a`"),
+    ("bpftrace", "`bpftrace` histogram per lock"),
+];
+
+fn tool_label(tool: &str) -> &str {
+    TOOL_LABELS
+        .iter()
+        .find(|(t, _)| *t == tool)
+        .map_or(tool, |(_, l)| l)
+}
+
+/// `BENCHMARKS.md`.
+pub fn render_markdown(r: &BenchResults) -> String {
+    let mut s = String::new();
+    let _ = writeln!(s, "# lockscope benchmarks\n");
+    let _ = writeln!(
+        s,
+        "Written by `cargo xtask bench` from `bench-results.json` (same directory); \
+         regenerate with `cargo xtask bench` (about 10 minutes) and `cargo xtask bench \
+         --soak` (10 minutes more). Every figure is measured, none is typed in.\n"
+    );
+    if let Some(m) = &r.machine {
+        let _ = writeln!(s, "## Machine\n");
+        let _ = writeln!(s, "| | |\n|---|---|");
+        let _ = writeln!(s, "| CPU | {} |", m.cpu_model);
+        let _ = writeln!(s, "| CPUs | {} |", m.cpus);
+        let _ = writeln!(s, "| kernel | {} |", m.kernel);
+        let _ = writeln!(s, "| date | {} |", m.date_utc);
+        let _ = writeln!(s, "| load average at start | {} |", m.load_avg_at_start);
+        if !m.load_avg_at_end.is_empty() {
+            let _ = writeln!(
+                s,
+                "| load average after the overhead runs | {} |",
+                m.load_avg_at_end
+            );
+        }
+        let _ = writeln!(s, "| lockscope | {} |\n", m.lockscope_version);
+        if m.loaded {
+            let _ = writeln!(
+                s,
+                "> **Measured on a loaded machine** (load average above half the CPUs: other \
+                 jobs competed for the CPUs during the runs). Spreads are far larger than the \
+                 effects being measured, so slowdown figures here mean little; slowdown \
+                 targets whose runs spread by more than {NOISY_SPREAD_PCT:.0}% are marked \
+                 inconclusive. Re-run `cargo xtask bench` on a quiet machine.\n"
+            );
+        }
+    }
+    if let Some(c) = &r.config {
+        let _ = writeln!(
+            s,
+            "Mode: {}; {} alternating run(s) per tool and workload (every round runs each \
+             workload under every tool in turn: untraced, record, serve, perf, bpftrace); \
+             the whole run took {}.\n",
+            if c.quick { "`--quick`" } else { "full" },
+            c.runs,
+            super::parse::fmt_duration(c.elapsed_s)
+        );
+    }
+    if !r.targets.is_empty() {
+        let _ = writeln!(s, "## Targets (issue 8)\n");
+        let _ = writeln!(s, "| target | measured | status |\n|---|---|---|");
+        for t in &r.targets {
+            let _ = writeln!(s, "| {} | {} | **{}** |", t.target, t.measured, t.status);
+        }
+        let _ = writeln!(s);
+    }
+    if let Some(c) = &r.config {
+        let _ = writeln!(s, "## Overhead per workload\n");
+        let _ = writeln!(
+            s,
+            "Throughput is the workload's own ops/s (median of the runs; spread = (max - \
+             min) / median). Ratio = median / untraced median. Events/s: \
+             `lock:contention_begin` events the tool saw per second of tracing, \
+             system-wide. CPU and peak RSS: the tool's own process over its whole life \
+             (`wait4` rusage: start-up, tracing, writing its output). Lost: events the tool \
+             reports it could not store (lockscope: its `lost` counters; perf: LOST \
+             records; bpftrace does not report loss).\n"
+        );
+        for w in &c.workloads {
+            let _ = writeln!(
+                s,
+                "### {}\n\n`lockscope workload {}`\n",
+                w.name,
+                w.args.join(" ")
+            );
+            let _ = writeln!(
+                s,
+                "| tool | ops/s median | min .. max | spread | ratio | events/s | CPU s | peak RSS MiB | lost |\n\
+                 |---|---:|---:|---:|---:|---:|---:|---:|---:|"
+            );
+            for o in r.overhead.iter().filter(|o| o.workload == w.name) {
+                let t = &o.throughput;
+                let _ = writeln!(
+                    s,
+                    "| {} | {} | {} .. {} | {:.1}% | {} | {} | {} | {} | {} |",
+                    tool_label(&o.tool),
+                    fmt_si(t.median),
+                    fmt_si(t.min),
+                    fmt_si(t.max),
+                    t.spread_pct,
+                    o.ratio_to_untraced
+                        .map_or("n/a".into(), |x| format!("{x:.3}")),
+                    o.events_per_s.map_or("n/a".into(), fmt_si),
+                    opt(o.cpu_s, 2),
+                    mib(o.maxrss_kib),
+                    o.lost.map_or("n/a".into(), |l| l.to_string()),
+                );
+            }
+            for o in r.overhead.iter().filter(|o| o.workload == w.name) {
+                let mut reasons = std::collections::BTreeMap::<&str, u64>::new();
+                for run in &o.runs {
+                    for (k, v) in &run.lost_by_reason {
+                        *reasons.entry(k).or_default() += v;
+                    }
+                }
+                if !reasons.is_empty() {
+                    let list: Vec<String> =
+                        reasons.iter().map(|(k, v)| format!("{k}={v}")).collect();
+                    let _ = writeln!(
+                        s,
+                        "\n{} lost, by reason (all runs): {}",
+                        tool_label(&o.tool),
+                        list.join(", ")
+                    );
+                }
+            }
+            let _ = writeln!(s);
+        }
+    }
+    if let Some(c) = &r.cost {
+        let _ = writeln!(s, "## Cost per event\n");
+        let _ = writeln!(
+            s,
+            "`kernel.bpf_stats_enabled=1`; `lockscope record` (system-wide) and an empty \
+             `bpftrace -e 'tracepoint:lock:contention_begin {{}}'` (the floor) attached at \
+             the same time while `lockscope workload {}` ran; run time and count of each \
+             program from `/proc/PID/fdinfo` of its fd.\n",
+            c.workload
+        );
+        let _ = writeln!(
+            s,
+            "| owner | program | runs | run time ms | ns/run |\n|---|---|---:|---:|---:|"
+        );
+        for p in &c.programs {
+            let _ = writeln!(
+                s,
+                "| {} | {} | {} | {:.2} | {} |",
+                p.owner,
+                p.name,
+                p.run_cnt,
+                p.run_time_ns as f64 / 1e6,
+                opt(p.ns_per_run, 0)
+            );
+        }
+        let _ = writeln!(
+            s,
+            "\ncontention_begin {} ns and contention_end {} ns per run against a floor of {} \
+             ns: **{}** (target: within 3x). All of lockscope's programs together (including \
+             those that run on every lock acquisition or futex call, not only on \
+             contention): {} ns per `lock:contention_begin` event ({} events); its \
+             userspace: {} ns of CPU per event.\n",
+            opt(c.begin_ns, 0),
+            opt(c.end_ns, 0),
+            opt(c.floor_ns, 0),
+            c.ratio_to_floor
+                .map_or("n/a".into(), |x| format!("{x:.2}x")),
+            opt(c.ns_per_contention_event, 0),
+            c.contention_events,
+            opt(c.user_cpu_ns_per_event, 0),
+        );
+    }
+    if let Some(c) = &r.capacity {
+        let _ = writeln!(s, "## Capacity\n");
+        let _ = writeln!(
+            s,
+            "`lockscope record -- lockscope workload ...` with more threads and shorter \
+             critical sections. events/s = kernel contention events + futex calls traced, \
+             per second. For futex-mutex, truth = FUTEX_WAIT + FUTEX_WAKE (or LOCK_PI + \
+             UNLOCK_PI) calls the workload counted itself; seen = those lockscope recorded \
+             on its lock; exact = seen + lost == truth.\n"
+        );
+        let _ = writeln!(
+            s,
+            "| workload | kernel events | futex calls | events/s | lost | truth | seen | exact |\n\
+             |---|---:|---:|---:|---:|---:|---:|---|"
+        );
+        for st in &c.steps {
+            let _ = writeln!(
+                s,
+                "| `{}` | {} | {} | {} | {} | {} | {} | {} |",
+                st.args.join(" "),
+                st.kernel_events,
+                st.futex_calls,
+                fmt_si(st.events_per_s),
+                st.lost,
+                st.truth.map_or("".into(), |v| v.to_string()),
+                st.seen.map_or("".into(), |v| v.to_string()),
+                st.exact.map_or("", |e| if e { "yes" } else { "**no**" }),
+            );
+        }
+        let _ = writeln!(
+            s,
+            "\nHighest rate with zero loss: **{} events/s**. {}\n",
+            fmt_si(c.max_zero_loss_events_per_s),
+            c.note
+        );
+    }
+    if !r.daemon.is_empty() {
+        let _ = writeln!(
+            s,
+            "## Daemon cost (`lockscope serve --interval 1s`, scraped every second)\n"
+        );
+        let _ = writeln!(
+            s,
+            "CPU % of one CPU and RSS of the serve process over a steady window (after a \
+             warm-up): its threads' on-CPU time from /proc/PID/task/*/schedstat, RSS from \
+             /proc/PID/status.\n"
+        );
+        let _ = writeln!(
+            s,
+            "| case | workload | CPU % | RSS MiB | peak RSS MiB | lock series | scrapes |\n\
+             |---|---|---:|---:|---:|---:|---:|"
+        );
+        for d in &r.daemon {
+            if d.status == "measured" {
+                let _ = writeln!(
+                    s,
+                    "| {} | `{}` | {} | {} | {} | {} | {} ({} failed) |",
+                    d.name,
+                    d.workload_args.join(" "),
+                    opt(d.cpu_pct, 2),
+                    mib(d.rss_kib),
+                    mib(d.hwm_kib),
+                    d.lock_series,
+                    d.scrapes,
+                    d.scrape_failures
+                );
+            } else {
+                let _ = writeln!(
+                    s,
+                    "| {} | `{}` | skipped: {} | | | | |",
+                    d.name,
+                    d.workload_args.join(" "),
+                    d.reason
+                );
+            }
+        }
+        let _ = writeln!(s);
+    }
+    let _ = writeln!(s, "## Soak\n");
+    match &r.soak {
+        Some(k) => {
+            let _ = writeln!(
+                s,
+                "`lockscope serve --interval 1s` for {:.0} minutes under `lockscope workload \
+                 {}`, scraped every second ({} scrapes, {} failed), {}. RSS after a {:.0} s \
+                 warm-up: {:.1} MiB; at the end: {:.1} MiB ({:+.1}%, {}: within 10%). CPU: \
+                 {:.2}% of one CPU.\n",
+                k.minutes,
+                k.workload_args.join(" "),
+                k.scrapes,
+                k.scrape_failures,
+                k.date_utc,
+                k.warmup_s,
+                k.rss_start_kib as f64 / 1024.0,
+                k.rss_end_kib as f64 / 1024.0,
+                k.change_pct,
+                if k.within_10pct { "met" } else { "missed" },
+                k.cpu_pct
+            );
+            let series: Vec<String> = k
+                .samples
+                .iter()
+                .map(|(t, kib)| format!("{:.0}s {:.1}", t, *kib as f64 / 1024.0))
+                .collect();
+            let _ = writeln!(
+                s,
+                "`/api/snapshot` (everything recorded since start, system-wide) held {} \
+                 locks and {} caller stacks after the warm-up, {} and {} at the end.\n",
+                k.locks_start, k.callers_start, k.locks_end, k.callers_end
+            );
+            let _ = writeln!(s, "RSS (MiB) every 10 s: {}\n", series.join(", "));
+        }
+        None => {
+            let _ = writeln!(
+                s,
+                "Not run yet: `cargo xtask bench --soak [--minutes 10]`.\n"
+            );
+        }
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(workload: &str, tool: &str, median: f64, untraced: f64) -> OverheadRow {
+        OverheadRow {
+            workload: workload.into(),
+            tool: tool.into(),
+            throughput: Spread::of(&[median, median, median]).unwrap(),
+            ratio_to_untraced: Some(median / untraced),
+            events_per_s: Some(1000.0),
+            cpu_s: Some(0.5),
+            maxrss_kib: Some(20480),
+            lost: Some(0),
+            runs: vec![],
+        }
+    }
+
+    fn sample() -> BenchResults {
+        let mut r = BenchResults {
+            schema: SCHEMA.into(),
+            config: Some(Config {
+                quick: false,
+                runs: 5,
+                workloads: vec![WorkloadSpec {
+                    name: "mmap-churn".into(),
+                    args: vec!["mmap-churn".into(), "--json".into()],
+                }],
+                tools: vec![],
+                elapsed_s: 600.0,
+            }),
+            ..Default::default()
+        };
+        r.overhead = vec![
+            row("mmap-churn", "untraced", 100.0, 100.0),
+            row("mmap-churn", "record", 98.0, 100.0),
+            row("mmap-churn", "perf", 80.0, 100.0),
+            row("futex-mutex", "untraced", 100.0, 100.0),
+            row("futex-mutex", "record", 90.0, 100.0),
+            row("futex-mutex", "perf", 70.0, 100.0),
+        ];
+        r
+    }
+
+    #[test]
+    fn slowdown_targets() {
+        let t = judge_targets(&sample());
+        let status = |prefix: &str| {
+            t.iter()
+                .find(|c| c.target.starts_with(prefix))
+                .unwrap()
+                .status
+                .clone()
+        };
+        // mmap-churn: 2% slowdown (met), perf 20% >= 5 * 2% (met).
+        assert_eq!(status("`record` on mmap-churn: at most"), "met");
+        assert_eq!(status("`record` on mmap-churn: at least 5x"), "met");
+        // futex-mutex: 10% (missed), perf 30% < 50% (missed).
+        assert_eq!(status("`record` on futex-mutex: at most"), "missed");
+        assert_eq!(status("`record` on futex-mutex: at least 5x"), "missed");
+        // Nothing measured for the rest: said so, not guessed.
+        assert_eq!(status("cost per contention event"), "not measured");
+        assert_eq!(status("serve soak"), "not measured");
+    }
+
+    #[test]
+    fn noisy_runs_make_slowdown_targets_inconclusive() {
+        let mut r = sample();
+        // Untraced mmap-churn runs spread by 50%: neither met nor missed.
+        r.overhead[0].throughput = Spread::of(&[80.0, 100.0, 130.0]).unwrap();
+        let t = judge_targets(&r);
+        let get = |p: &str| t.iter().find(|c| c.target.starts_with(p)).unwrap();
+        assert_eq!(
+            get("`record` on mmap-churn: at most").status,
+            "inconclusive"
+        );
+        assert_eq!(
+            get("`record` on mmap-churn: at least 5x").status,
+            "inconclusive"
+        );
+        assert!(
+            get("`record` on mmap-churn: at most")
+                .measured
+                .contains("inconclusive")
+        );
+        // One run (--quick) shows no spread: inconclusive too.
+        let mut one = sample();
+        one.overhead[4].throughput = Spread::of(&[90.0]).unwrap();
+        let t1 = judge_targets(&one);
+        let s1 = &t1
+            .iter()
+            .find(|c| c.target.starts_with("`record` on futex-mutex: at most"))
+            .unwrap()
+            .status;
+        assert_eq!(s1, "inconclusive");
+        // futex-mutex runs are tight: still judged.
+        assert_eq!(get("`record` on futex-mutex: at most").status, "missed");
+    }
+
+    #[test]
+    fn cost_capacity_daemon_targets() {
+        let mut r = sample();
+        r.cost = Some(Cost {
+            floor_ns: Some(20.0),
+            begin_ns: Some(50.0),
+            end_ns: Some(70.0),
+            ratio_to_floor: Some(3.5),
+            ..Default::default()
+        });
+        r.capacity = Some(Capacity {
+            steps: vec![
+                CapacityStep {
+                    workload: "mmap-churn".into(),
+                    args: vec!["mmap-churn".into(), "--threads".into(), "2".into()],
+                    lost: 0,
+                    ..Default::default()
+                },
+                CapacityStep {
+                    workload: "futex-mutex".into(),
+                    exact: Some(true),
+                    ..Default::default()
+                },
+            ],
+            ..Default::default()
+        });
+        r.daemon = vec![DaemonCase {
+            name: "10k-locks".into(),
+            status: "skipped".into(),
+            reason: "no --locks".into(),
+            ..Default::default()
+        }];
+        let t = judge_targets(&r);
+        let get = |p: &str| t.iter().find(|c| c.target.starts_with(p)).unwrap();
+        assert_eq!(get("cost per contention").status, "missed");
+        assert_eq!(get("zero lost events").status, "met");
+        // Exact, but nothing was lost: loss counting itself was not exercised.
+        assert_eq!(get("loss beyond capacity").status, "not measured");
+        // A step with loss: met when seen + lost == truth, missed otherwise.
+        let cap = r.capacity.as_mut().unwrap();
+        cap.steps[1].lost = 5;
+        assert_eq!(
+            judge_targets(&r)
+                .iter()
+                .find(|c| c.target.starts_with("loss beyond capacity"))
+                .unwrap()
+                .status,
+            "met"
+        );
+        r.capacity.as_mut().unwrap().steps[1].exact = Some(false);
+        assert_eq!(
+            judge_targets(&r)
+                .iter()
+                .find(|c| c.target.starts_with("loss beyond capacity"))
+                .unwrap()
+                .status,
+            "missed"
+        );
+        assert_eq!(get("daemon at 1 s").status, "not measured");
+        assert!(get("daemon at 1 s").measured.contains("no --locks"));
+    }
+
+    #[test]
+    fn markdown_has_tables_and_round_trips_through_json() {
+        let mut r = sample();
+        r.targets = judge_targets(&r);
+        let md = render_markdown(&r);
+        assert!(md.contains("### mmap-churn"));
+        assert!(md.contains("| `lockscope record` | 98.00 |"), "{md}");
+        assert!(md.contains("**missed**"));
+        assert!(md.contains("Not run yet"));
+        let json = serde_json::to_string(&r).unwrap();
+        let back: BenchResults = serde_json::from_str(&json).unwrap();
+        assert_eq!(render_markdown(&back), md);
+    }
+}
