@@ -3,5 +3,6 @@
 pub mod contention;
 pub mod feature;
 pub mod futex;
+pub mod rt;
 pub mod rwsem;
 pub mod sched;

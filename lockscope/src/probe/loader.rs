@@ -14,6 +14,7 @@ use lockscope_common::{FILTER_ALL, FILTER_CGROUP, FILTER_TGIDS, ProbeConfig, fut
 use super::{
     btf::{KernelBtf, KernelOffsets, VMLINUX_BTF},
     features,
+    rt::{self as rt_probes, RtOptions},
     rwsem::{self, DeepTier},
 };
 use crate::decode::{LockType, flags_mask};
@@ -55,6 +56,8 @@ pub struct Probes {
     pub futex: bool,
     /// Futex tracepoints this kernel lacks (not attached), e.g. `sys_enter_futex_waitv`.
     pub futex_missing: Vec<String>,
+    /// The real-time probes time wakeups and send lock activity (`--latency-threshold`).
+    pub rt: Option<RtOptions>,
 }
 
 /// Futex syscall probes: (program, tracepoint in category `syscalls`). The exit program
@@ -91,6 +94,11 @@ const CONTENTION_PROGRAMS: [(&str, &str); 2] = [
 
 impl Probes {
     pub fn load(opts: &LoadOptions) -> anyhow::Result<Self> {
+        Self::load_with_rt(opts, None)
+    }
+
+    /// Load, with the real-time probes timing wakeups when `rt` is given.
+    pub fn load_with_rt(opts: &LoadOptions, rt: Option<RtOptions>) -> anyhow::Result<Self> {
         features::require_privileges()?;
         features::bump_memlock_rlimit();
         let kbtf = KernelBtf::load(&PathBuf::from(VMLINUX_BTF))?;
@@ -136,6 +144,7 @@ impl Probes {
         }
 
         let rwsem_config = rwsem::rwsem_config(&kbtf);
+        let rt_config = rt_probes::rt_config(&kbtf, rt.as_ref())?;
         let btf = Btf::from_sys_fs().context("reading kernel BTF")?;
         let cpus = aya::util::nr_cpus().map(|n| n as u32).unwrap_or(1);
         let mut ebpf = EbpfLoader::new()
@@ -143,6 +152,7 @@ impl Probes {
             .override_global("CONFIG", &config, true)
             .map_max_entries("FUTEX_STATS", futex_stats_entries(cpus))
             .override_global("RWSEM_CONFIG", &rwsem_config.unwrap_or_default(), true)
+            .override_global("RT_CONFIG", &rt_config, true)
             .load(PROBES_OBJ)
             .context("loading the eBPF probes into the kernel")?;
 
@@ -165,7 +175,17 @@ impl Probes {
             futex_missing: Vec::new(),
             rwsem: DeepTier::default(),
             mmap_estimate: false,
+            rt,
         };
+        // The task set first: contention on a task's pi_lock is named from it.
+        for (prog, tp) in rt_probes::ALWAYS_PROGRAMS {
+            probes.attach_tp_btf(prog, tp, &btf)?;
+        }
+        if rt.is_some() {
+            for (prog, tp) in rt_probes::LATENCY_PROGRAMS {
+                probes.attach_tp_btf(prog, tp, &btf)?;
+            }
+        }
         for (prog, tp) in CONTENTION_PROGRAMS {
             probes.attach_tp_btf(prog, tp, &btf)?;
         }
@@ -276,6 +296,11 @@ impl Probes {
 
     pub fn ebpf(&self) -> &Ebpf {
         &self.ebpf
+    }
+
+    /// Take a map out of the object (a ring buffer the session drains).
+    pub fn take_map(&mut self, name: &str) -> Option<aya::maps::Map> {
+        self.ebpf.take_map(name)
     }
 }
 

@@ -3,6 +3,7 @@
 pub mod btf;
 pub mod features;
 pub mod loader;
+pub mod rt;
 pub mod rwsem;
 
 pub use loader::{LoadOptions, Probes, Target};
