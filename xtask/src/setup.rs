@@ -29,6 +29,9 @@ pub const DEBIAN_PACKAGES: &[&str] = &[
     "chromium",
     // `lockscope serve` tests: a real Prometheus server scrapes it; promtool lints.
     "prometheus",
+    // Real-time view tests: cyclictest's RT threads next to a ptrace load.
+    "rt-tests",
+    "stress-ng",
 ];
 
 /// Toolchain that builds the eBPF crate (`-Z build-std` needs nightly).

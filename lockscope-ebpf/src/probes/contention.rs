@@ -123,6 +123,7 @@ fn on_begin(ctx: &BtfTracePointContext, lock: u64, flags: u32) {
             return;
         };
         let depth = unsafe { &mut *depth };
+        drop_stale_waits(depth, now);
         match CPU_WAIT_SLOTS.get_ptr_mut(*depth) {
             Some(slot) => {
                 unsafe { *slot = start };
@@ -147,6 +148,30 @@ fn on_begin(ctx: &BtfTracePointContext, lock: u64, flags: u32) {
     name_lock(&cfg, lock);
     remember_comm(&cfg);
 }
+
+/// Spinning waits nest strictly on a CPU, so a wait still on the stack long after it
+/// began is an orphan whose end never reached us (the kernel skips `contention_end` when
+/// it fires inside our own `contention_end`, e.g. on a lock a BPF helper takes). Orphans
+/// at the bottom of the stack are never uncovered by a later end: drop them here (counted
+/// as `end_missed`) instead of letting them fill the stack.
+#[inline(never)]
+fn drop_stale_waits(depth: &mut u32, now: u64) {
+    for _ in 0..CPU_WAIT_MAX_DEPTH {
+        if *depth == 0 {
+            return;
+        }
+        match CPU_WAIT_SLOTS.get(*depth - 1) {
+            Some(w) if now.saturating_sub(w.ts_ns) > STALE_SPIN_NS => {
+                *depth -= 1;
+                count(CNT_LOST_END_MISSED);
+            }
+            _ => return,
+        }
+    }
+}
+
+/// A spinning wait older than this is taken for an orphan (see `drop_stale_waits`).
+const STALE_SPIN_NS: u64 = 50_000_000;
 
 #[inline(always)]
 fn remember_comm(cfg: &ProbeConfig) {
