@@ -204,7 +204,7 @@ pub fn parse_ns(s: &str) -> Result<u64, String> {
         }
     };
     let ns = v * scale;
-    if !(ns >= 1.0 && ns <= 60e9) {
+    if !(1.0..=60e9).contains(&ns) {
         return Err(format!("`{s}` out of range: 1ns to 60s"));
     }
     Ok(ns.round() as u64)

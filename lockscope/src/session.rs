@@ -44,6 +44,8 @@ pub struct Session {
     futex_types: Option<Vec<crate::decode::LockType>>,
     /// The real-time probes' ring buffer and what was drained from it.
     rt: Option<Mutex<RtDrain>>,
+    /// CLOCK_MONOTONIC (the probes' clock) when `start` was taken.
+    start_ktime_ns: u64,
     /// cyclictest's own output (text, pid) when it was the traced command.
     cyclictest: Mutex<Option<(String, u32)>>,
 }
@@ -72,6 +74,7 @@ impl Session {
         };
         Ok(Self {
             rt,
+            start_ktime_ns: monotonic_ns(),
             cyclictest: Mutex::new(None),
             probes,
             names: KernelNames::new(),
@@ -210,6 +213,7 @@ impl Session {
             latency_threshold_ns: opts.latency_threshold_ns,
             starvation_threshold_ns: opts.starvation_threshold_ns,
             starvation_acquisitions: opts.starvation_acquisitions,
+            start_ktime_ns: self.start_ktime_ns,
             name: &name,
             comm: &comm,
         };
@@ -267,4 +271,15 @@ pub fn proc_comm(pid: u32) -> Option<String> {
     std::fs::read_to_string(format!("/proc/{pid}/comm"))
         .ok()
         .map(|s| s.trim_end().to_owned())
+}
+
+/// CLOCK_MONOTONIC in ns: the clock of `bpf_ktime_get_ns`.
+fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid out pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }

@@ -101,7 +101,7 @@ pub fn correlate(spike: &mut LatencySpike, activity: &[Activity]) {
             })
         })
         .collect();
-    overlaps.sort_by(|a, b| b.overlap_ns.cmp(&a.overlap_ns));
+    overlaps.sort_by_key(|o| std::cmp::Reverse(o.overlap_ns));
     let covered = covered_ns(w0, w1, intervals);
     spike.explained =
         spike.latency_ns > 0 && covered as f64 >= EXPLAINED_SHARE * spike.latency_ns as f64;

@@ -57,9 +57,14 @@ pub struct RtSummary {
     pub wait_task_events: u64,
     /// Lock activity records sent for correlation (waits and bursts over the floor).
     pub activity_events: u64,
-    /// Whether cyclictest's own output fed spikes (it was the traced command).
+    /// cyclictest threads whose own maximum was over the threshold (when cyclictest was
+    /// the traced command), each recorded as a spike with `source: cyclictest`.
     #[serde(default)]
     pub cyclictest_threads: u32,
+    /// Kernel monotonic time (the spikes' clock) when recording started: places spikes
+    /// and episodes on the timeline.
+    #[serde(default)]
+    pub start_ktime_ns: u64,
 }
 
 /// Attach the proxy counts to the `pi_lock` entries (spinlock type); a `pi_lock` with
@@ -71,7 +76,9 @@ pub fn apply_wait_task(
     name: &dyn Fn(u64) -> (String, Option<Owner>),
     locks: &mut Vec<LockEntry>,
 ) {
-    let mut by_lock: BTreeMap<u64, (u32, BTreeMap<(u32, u32, u32), u64>)> = BTreeMap::new();
+    /// (waiter pid, waiter tid, CPU) -> acquisitions.
+    type ByWaiter = BTreeMap<(u32, u32, u32), u64>;
+    let mut by_lock: BTreeMap<u64, (u32, ByWaiter)> = BTreeMap::new();
     for (k, n) in counts {
         let e = by_lock.entry(k.lock).or_default();
         e.0 = k.tracee_tid;
@@ -89,7 +96,7 @@ pub fn apply_wait_task(
                 acquisitions,
             })
             .collect();
-        ws.sort_by(|a, b| b.acquisitions.cmp(&a.acquisitions));
+        ws.sort_by_key(|w| std::cmp::Reverse(w.acquisitions));
         let proxy = WaitTaskProxy {
             acquisitions: ws.iter().map(|w| w.acquisitions).sum(),
             tracee_tid,
@@ -127,6 +134,7 @@ pub struct RtInput<'a> {
     pub latency_threshold_ns: u64,
     pub starvation_threshold_ns: u64,
     pub starvation_acquisitions: u64,
+    pub start_ktime_ns: u64,
     /// A lock's name (as in `"locks"`).
     pub name: &'a dyn Fn(u64) -> String,
     /// A process's name by pid, when known.
@@ -254,6 +262,7 @@ pub fn build_rt_view(
         wait_task_events: c[RT_CNT_WAIT_TASK as usize],
         activity_events: c[RT_CNT_ACTIVITY as usize],
         cyclictest_threads,
+        start_ktime_ns: input.start_ktime_ns,
     };
     (spikes, episodes, summary)
 }
@@ -340,6 +349,7 @@ mod tests {
             latency_threshold_ns: 50_000,
             starvation_threshold_ns: 20_000,
             starvation_acquisitions: 8,
+            start_ktime_ns: 0,
             name: &name,
             comm: &comm,
         };
