@@ -132,11 +132,18 @@ pub struct RecordArgs {
     /// With --latency-threshold: a spinning wait on a task's pi_lock at least this long
     /// (e.g. 20us) while other CPUs acquire the lock --starvation-acquisitions times is
     /// a probable starvation episode.
-    #[arg(long, value_name = "DURATION", value_parser = parse_ns, default_value = "20us")]
+    #[arg(
+        long,
+        value_name = "DURATION",
+        value_parser = parse_ns,
+        default_value = "20us",
+        requires = "latency_threshold"
+    )]
     pub starvation_threshold: u64,
     /// With --latency-threshold: foreign acquisitions of the lock during the wait that
     /// make a probable starvation episode.
-    #[arg(long, value_name = "N", default_value_t = 8)]
+    #[arg(long, value_name = "N", default_value_t = 8, requires = "latency_threshold",
+          value_parser = clap::value_parser!(u64).range(1..))]
     pub starvation_acquisitions: u64,
     #[command(flatten)]
     pub view: ViewArgs,

@@ -297,4 +297,12 @@ fn latency_threshold_needs_a_unit() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("needs a unit"), "{err}");
+    // The starvation knobs only mean something with the latency probes.
+    let out = lockscope()
+        .args(["record", "--starvation-threshold", "30us", "-d", "1"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--latency-threshold"), "{err}");
 }
