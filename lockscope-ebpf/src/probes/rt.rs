@@ -24,7 +24,7 @@ use aya_ebpf::{
         bpf_probe_read_kernel,
     },
     macros::{btf_tracepoint, map},
-    maps::{HashMap, LruHashMap, PerCpuArray, RingBuf},
+    maps::{Array, HashMap, LruHashMap, PerCpuArray, RingBuf},
     programs::BtfTracePointContext,
 };
 use lockscope_common::*;
@@ -46,6 +46,12 @@ pub static RT_CONFIG: Global<RtConfig> = Global::new(RtConfig {
 
 #[map]
 pub static RT_EVENTS: RingBuf = RingBuf::with_byte_size(RT_EVENTS_BYTES, 0);
+
+/// 1 while every probe is attached: set by userspace after attaching and cleared before
+/// detaching, so that the latency that attaching and detaching cause (text patching,
+/// RCU grace periods) is not timed as the workload's.
+#[map]
+pub static RT_GATE: Array<u32> = Array::with_max_entries(1, 0);
 
 #[map]
 pub static RT_COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(RT_COUNTERS_LEN, 0);
@@ -138,7 +144,7 @@ pub fn rt_task_free(ctx: BtfTracePointContext) -> i32 {
 #[btf_tracepoint(function = "hrtimer_expire_entry")]
 pub fn rt_hrtimer_expire_entry(ctx: BtfTracePointContext) -> i32 {
     let rt = RT_CONFIG.load();
-    if rt.enabled == 0 {
+    if rt.enabled == 0 || RT_GATE.get(0).copied() != Some(1) {
         return 0;
     }
     let timer: u64 = ctx.arg(0);

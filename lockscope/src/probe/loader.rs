@@ -213,6 +213,9 @@ impl Probes {
         if probes.rwsem.tier() != "tracepoint" {
             probes.tier = "deep";
         }
+        if probes.rt.is_some() {
+            rt_probes::set_gate(&mut probes.ebpf, true)?;
+        }
         Ok(probes)
     }
 
@@ -285,6 +288,9 @@ impl Probes {
 
     /// Detach every program: no new events after this returns; maps stay readable.
     pub fn detach(&mut self) {
+        if self.rt.is_some() {
+            let _ = rt_probes::set_gate(&mut self.ebpf, false);
+        }
         for (_, link) in self.links.drain(..) {
             let _ = link.detach();
         }

@@ -69,6 +69,14 @@ pub fn rt_config(kbtf: &KernelBtf, rt: Option<&RtOptions>) -> anyhow::Result<RtC
     Ok(c)
 }
 
+/// Open (after every probe is attached) or close (before detaching) the wakeup timing.
+pub fn set_gate(ebpf: &mut aya::Ebpf, on: bool) -> anyhow::Result<()> {
+    let mut gate: aya::maps::Array<_, u32> =
+        aya::maps::Array::try_from(ebpf.map_mut("RT_GATE").context("RT_GATE map")?)?;
+    gate.set(0, u32::from(on), 0).context("setting RT_GATE")?;
+    Ok(())
+}
+
 /// Address of a function in kallsyms text (`addr type name [module]`).
 pub fn symbol_address(kallsyms: &str, func: &str) -> Option<u64> {
     kallsyms.lines().find_map(|l| {
