@@ -10,12 +10,14 @@ pub mod contention;
 pub mod futex;
 pub mod hist;
 pub mod pthread;
+pub mod rt;
 pub mod rwsem;
 
 pub use contention::*;
 pub use futex::*;
 pub use hist::*;
 pub use pthread::*;
+pub use rt::*;
 pub use rwsem::*;
 
 /// Compile-time size check for a wire record.

@@ -122,6 +122,30 @@ pub struct RecordArgs {
     /// Also write the HTML report (histograms, timeline, flame graphs) to this file.
     #[arg(long, value_name = "FILE")]
     pub html: Option<PathBuf>,
+    /// Time every wakeup of a real-time thread (hrtimer expiry to the thread running on its
+    /// CPU) and record those slower than this (e.g. 100us, 1ms) as latency spikes, each
+    /// with the lock activity on its CPU in its window: spinning waits of 5 us or more,
+    /// sched_wait_task bursts (a tracer taking a tracee's pi_lock) and starvation
+    /// episodes. When the command is cyclictest, its own per-thread maxima are recorded
+    /// too (source: cyclictest).
+    #[arg(long, value_name = "DURATION", value_parser = parse_ns)]
+    pub latency_threshold: Option<u64>,
+    /// With --latency-threshold: a spinning wait on a task's pi_lock at least this long
+    /// (e.g. 20us) while other CPUs acquire the lock --starvation-acquisitions times is
+    /// a probable starvation episode.
+    #[arg(
+        long,
+        value_name = "DURATION",
+        value_parser = parse_ns,
+        default_value = "20us",
+        requires = "latency_threshold"
+    )]
+    pub starvation_threshold: u64,
+    /// With --latency-threshold: foreign acquisitions of the lock during the wait that
+    /// make a probable starvation episode.
+    #[arg(long, value_name = "N", default_value_t = 8, requires = "latency_threshold",
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub starvation_acquisitions: u64,
     #[command(flatten)]
     pub view: ViewArgs,
     /// The command to run and trace; its exit code becomes lockscope's.
@@ -165,6 +189,35 @@ pub struct TopArgs {
     pub connect: Option<String>,
 }
 
+/// A short duration in nanoseconds: `100us`, `1.5ms`, `500ns`, `1s` (a unit is required).
+pub fn parse_ns(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let i = t
+        .find(|c: char| c.is_ascii_alphabetic())
+        .ok_or_else(|| format!("`{s}` needs a unit: ns, us, ms or s (e.g. 100us)"))?;
+    let (num, unit) = t.split_at(i);
+    let v: f64 = num
+        .trim()
+        .parse()
+        .map_err(|_| format!("`{s}` is not a duration (try 100us, 1ms)"))?;
+    let scale = match unit {
+        "ns" => 1.0,
+        "us" => 1e3,
+        "ms" => 1e6,
+        "s" => 1e9,
+        _ => {
+            return Err(format!(
+                "`{s}`: unknown unit `{unit}` (use ns, us, ms or s)"
+            ));
+        }
+    };
+    let ns = v * scale;
+    if !(1.0..=60e9).contains(&ns) {
+        return Err(format!("`{s}` out of range: 1ns to 60s"));
+    }
+    Ok(ns.round() as u64)
+}
+
 /// `1s`, `500ms`, `2.5s`, `1m`, or plain seconds.
 pub fn parse_interval(s: &str) -> Result<Duration, String> {
     let t = s.trim();
@@ -191,6 +244,16 @@ pub fn parse_interval(s: &str) -> Result<Duration, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn short_durations_parse() {
+        assert_eq!(parse_ns("100us"), Ok(100_000));
+        assert_eq!(parse_ns("1.5ms"), Ok(1_500_000));
+        assert_eq!(parse_ns("500ns"), Ok(500));
+        assert!(parse_ns("100").unwrap_err().contains("needs a unit"));
+        assert!(parse_ns("0us").unwrap_err().contains("out of range"));
+        assert!(parse_ns("3h").unwrap_err().contains("unknown unit"));
+    }
 
     #[test]
     fn intervals_parse() {

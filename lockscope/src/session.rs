@@ -1,7 +1,11 @@
 //! One tracing session: the pipeline core that every sink (record, serve, top) drives.
 //! probe (load + attach) -> source (map reads) -> decode/aggregate (Recording).
 
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::{
+    collections::HashMap,
+    sync::Mutex,
+    time::{Instant, SystemTime, UNIX_EPOCH},
+};
 
 use lockscope_common::COUNTERS_LEN;
 
@@ -9,12 +13,24 @@ use crate::{
     aggregate::timeline::LockTotals,
     aggregate::{
         Recording,
+        correlate::{cyclictest_spikes, parse_cyclictest},
         futex::{FutexEvents, futex_type_filtered},
-        recording::{EventCounts, SCHEMA, StackTexts, build_locks_cached, lost_counts},
+        pi_lock::{RtInput, RtSummary, apply_wait_task, build_rt_view, rt_lost},
+        recording::{
+            EventCounts, SCHEMA, StackTexts, build_locks_cached, lock_identity, lost_counts,
+        },
+        rt::{LatencySpike, StarvationEpisode},
         rwsem,
     },
-    probe::{LoadOptions, Probes, features, rwsem::RT_NOTE},
-    source::{read_counters, read_lock_totals, read_snapshot},
+    probe::{
+        LoadOptions, Probes, features,
+        rt::{ACTIVITY_FLOOR_NS, RtOptions},
+        rwsem::RT_NOTE,
+    },
+    source::{
+        read_counters, read_lock_totals, read_snapshot,
+        rt::{RtDrain, read_open_bursts, read_rt_counters, read_wait_task},
+    },
     symbolize::{KernelNames, user::UserNames},
 };
 
@@ -32,18 +48,45 @@ pub struct Session {
     stack_texts: std::cell::RefCell<StackTexts>,
     /// User call sites of pthread locks: process maps kept past the processes' exits.
     user_names: UserNames,
+    /// The real-time probes' ring buffer and what was drained from it.
+    rt: Option<Mutex<RtDrain>>,
+    /// CLOCK_MONOTONIC (the probes' clock) when `start` was taken.
+    start_ktime_ns: u64,
+    /// cyclictest's own output (text, pid) when it was the traced command.
+    cyclictest: Mutex<Option<(String, u32)>>,
 }
 
 impl Session {
     /// Load and attach the probes. `target` describes what is traced, for reports.
     pub fn start(opts: &LoadOptions, target: String) -> anyhow::Result<Self> {
+        Self::start_with_rt(opts, target, None)
+    }
+
+    /// Start, with the real-time probes timing wakeups of real-time threads (`rt`).
+    pub fn start_with_rt(
+        opts: &LoadOptions,
+        target: String,
+        rt: Option<RtOptions>,
+    ) -> anyhow::Result<Self> {
         // The targets' maps, before loading (seconds on a busy machine), in case they exit.
         let user_names = UserNames::new();
         if let crate::probe::Target::Pids(pids) = &opts.target {
             pids.iter().for_each(|&p| user_names.remember(p));
         }
-        let probes = Probes::load(opts)?;
+        let mut probes = Probes::load_with_rt(opts, rt)?;
+        let rt = match rt {
+            Some(_) => {
+                let map = probes
+                    .take_map("RT_EVENTS")
+                    .ok_or_else(|| anyhow::anyhow!("RT_EVENTS map missing"))?;
+                Some(Mutex::new(RtDrain::new(map)?))
+            }
+            None => None,
+        };
         Ok(Self {
+            rt,
+            start_ktime_ns: monotonic_ns(),
+            cyclictest: Mutex::new(None),
             probes,
             names: KernelNames::new(),
             target,
@@ -71,6 +114,22 @@ impl Session {
         read_counters(self.probes.ebpf())
     }
 
+    /// Move the real-time probes' records out of their ring buffer (call it often: the
+    /// buffer is finite and a full one drops records, counted). Returns how many.
+    pub fn drain_rt(&self) -> usize {
+        match &self.rt {
+            Some(d) => d.lock().map(|mut d| d.drain()).unwrap_or(0),
+            None => 0,
+        }
+    }
+
+    /// cyclictest's output, to record its own latencies as spikes (`source: cyclictest`).
+    pub fn feed_cyclictest_output(&self, text: String, pid: u32) {
+        if let Ok(mut c) = self.cyclictest.lock() {
+            *c = Some((text, pid));
+        }
+    }
+
     /// Everything aggregated since the start, as a recording.
     pub fn snapshot(&self) -> anyhow::Result<Recording> {
         let mut raw = read_snapshot(self.probes.ebpf(), self.probes.futex)?;
@@ -83,6 +142,21 @@ impl Session {
             &mut lost,
             &mut self.stack_texts.borrow_mut(),
         );
+        let wait_task = read_wait_task(self.probes.ebpf())?;
+        let mut comms = with_proc_comms(&raw.comms, &raw);
+        for (k, _) in &wait_task {
+            if !comms.contains_key(&k.waiter_tgid)
+                && let Some(c) = proc_comm(k.waiter_tgid)
+            {
+                comms.insert(k.waiter_tgid, c);
+            }
+        }
+        let name = |a: u64| lock_identity(&raw, &self.names, a);
+        apply_wait_task(&wait_task, &comms, &name, &mut locks);
+        let rt_counters = read_rt_counters(self.probes.ebpf())?;
+        lost.extend(rt_lost(&rt_counters));
+        let (starvation_episodes, latency_spikes, rt_summary) =
+            self.rt_view(&raw, &comms, &rt_counters, &mut lost)?;
         let deep = &self.probes.rwsem;
         let kinds = rwsem::event_kinds(deep.mask, deep.rt, self.probes.has_mmap_lock_estimate());
         rwsem::apply_rwsem_events(&raw, &self.names, &kinds, &mut locks);
@@ -115,9 +189,66 @@ impl Session {
                 .enabled
                 .then(|| FutexEvents::from_snapshot(&raw.futex, futex_type_filtered(&raw.futex))),
             rwsem_events: Some(rwsem_events),
-            starvation_episodes: None,
-            latency_spikes: None,
+            starvation_episodes,
+            latency_spikes,
+            rt_summary,
         })
+    }
+
+    /// Spikes, episodes and the summary, when the real-time probes time wakeups.
+    #[allow(clippy::type_complexity)]
+    fn rt_view(
+        &self,
+        raw: &crate::aggregate::RawSnapshot,
+        comms: &HashMap<u32, String>,
+        counters: &[u64; lockscope_common::RT_COUNTERS_LEN as usize],
+        lost: &mut std::collections::BTreeMap<String, u64>,
+    ) -> anyhow::Result<(
+        Option<Vec<StarvationEpisode>>,
+        Option<Vec<LatencySpike>>,
+        Option<RtSummary>,
+    )> {
+        let (Some(opts), Some(drain)) = (self.probes.rt, &self.rt) else {
+            return Ok((None, None, None));
+        };
+        let mut drain = drain
+            .lock()
+            .map_err(|_| anyhow::anyhow!("real-time drain poisoned"))?;
+        drain.drain();
+        lost.insert("rt_malformed_records".to_owned(), drain.malformed);
+        let floor = ACTIVITY_FLOOR_NS.min(opts.starvation_threshold_ns);
+        let mut events = drain.events.clone();
+        // Bursts still open at the end are activity too.
+        events.extend(
+            read_open_bursts(self.probes.ebpf())?
+                .into_iter()
+                .filter(|b| b.dur_ns >= floor),
+        );
+        let name = |a: u64| lock_identity(raw, &self.names, a).0;
+        let comm = |pid: u32| comms.get(&pid).cloned().or_else(|| proc_comm(pid));
+        let input = RtInput {
+            events: &events,
+            counters,
+            latency_threshold_ns: opts.latency_threshold_ns,
+            starvation_threshold_ns: opts.starvation_threshold_ns,
+            starvation_acquisitions: opts.starvation_acquisitions,
+            start_ktime_ns: self.start_ktime_ns,
+            name: &name,
+            comm: &comm,
+        };
+        let cyclictest = self.cyclictest.lock().ok().and_then(|c| c.clone());
+        let extra = |own: &[LatencySpike]| match &cyclictest {
+            Some((text, pid)) => cyclictest_spikes(
+                &parse_cyclictest(text),
+                own,
+                opts.latency_threshold_ns,
+                "cyclictest",
+                *pid,
+            ),
+            None => Vec::new(),
+        };
+        let (spikes, episodes, summary) = build_rt_view(&input, Vec::new(), &extra);
+        Ok((Some(episodes), Some(spikes), Some(summary)))
     }
 
     /// Cumulative count and wait time per (lock, type): cheap enough to read every interval
@@ -174,4 +305,37 @@ impl Session {
         let keys: Vec<(u32, u64)> = p.sites.iter().map(|s| (s.key.tgid, s.key.site)).collect();
         p.site_names = self.user_names.names(&keys);
     }
+}
+
+/// Process names: those the probes saw, then `/proc` for the waiters and tracees that the
+/// sched_wait_task proxy and the real-time probes name by pid only.
+fn with_proc_comms(
+    seen: &HashMap<u32, String>,
+    raw: &crate::aggregate::RawSnapshot,
+) -> HashMap<u32, String> {
+    let mut comms = seen.clone();
+    for info in raw.lock_info.values() {
+        comms
+            .entry(info.tgid)
+            .or_insert_with(|| crate::decode::comm_to_string(&info.comm));
+    }
+    comms
+}
+
+/// A process's name from `/proc`, when it is still running.
+pub fn proc_comm(pid: u32) -> Option<String> {
+    std::fs::read_to_string(format!("/proc/{pid}/comm"))
+        .ok()
+        .map(|s| s.trim_end().to_owned())
+}
+
+/// CLOCK_MONOTONIC in ns: the clock of `bpf_ktime_get_ns`.
+fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid out pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }

@@ -34,6 +34,9 @@ pub const DEBIAN_PACKAGES: &[&str] = &[
     "libc6-dev",
     // `cargo xtask bench`: the bpftrace equivalent lockscope is measured against.
     "bpftrace",
+    // Real-time view tests: cyclictest's RT threads next to a ptrace load.
+    "rt-tests",
+    "stress-ng",
 ];
 
 /// Toolchain that builds the eBPF crate (`-Z build-std` needs nightly).

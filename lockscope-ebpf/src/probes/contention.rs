@@ -123,10 +123,18 @@ fn on_begin(ctx: &BtfTracePointContext, lock: u64, flags: u32) {
             return;
         };
         let depth = unsafe { &mut *depth };
+        drop_stale_waits(depth, now);
         match CPU_WAIT_SLOTS.get_ptr_mut(*depth) {
             Some(slot) => {
                 unsafe { *slot = start };
+                let index = *depth;
                 *depth += 1;
+                name_lock(&cfg, lock);
+                let watched =
+                    unsafe { LOCK_INFO.get(lock) }.is_some_and(|i| i.kind == LOCK_KIND_PI_LOCK);
+                crate::probes::rt::on_spin_begin(index, lock, watched);
+                remember_comm(&cfg);
+                return;
             }
             None => {
                 count(CNT_LOST_CPU_NESTING);
@@ -140,6 +148,30 @@ fn on_begin(ctx: &BtfTracePointContext, lock: u64, flags: u32) {
     name_lock(&cfg, lock);
     remember_comm(&cfg);
 }
+
+/// Spinning waits nest strictly on a CPU, so a wait still on the stack long after it
+/// began is an orphan whose end never reached us (the kernel skips `contention_end` when
+/// it fires inside our own `contention_end`, e.g. on a lock a BPF helper takes). Orphans
+/// at the bottom of the stack are never uncovered by a later end: drop them here (counted
+/// as `end_missed`) instead of letting them fill the stack.
+#[inline(never)]
+fn drop_stale_waits(depth: &mut u32, now: u64) {
+    for _ in 0..CPU_WAIT_MAX_DEPTH {
+        if *depth == 0 {
+            return;
+        }
+        match CPU_WAIT_SLOTS.get(*depth - 1) {
+            Some(w) if now.saturating_sub(w.ts_ns) > STALE_SPIN_NS => {
+                *depth -= 1;
+                count(CNT_LOST_END_MISSED);
+            }
+            _ => return,
+        }
+    }
+}
+
+/// A spinning wait older than this is taken for an orphan (see `drop_stale_waits`).
+const STALE_SPIN_NS: u64 = 50_000_000;
 
 #[inline(always)]
 fn remember_comm(cfg: &ProbeConfig) {
@@ -200,6 +232,7 @@ fn name_lock(cfg: &ProbeConfig, lock: u64) {
             if sighand != 0 && lock == sighand + cfg.off_sighand_siglock as u64 {
                 LOCK_KIND_SIGLOCK
             } else {
+                name_other_task_pi_lock(lock);
                 return;
             }
         }
@@ -213,6 +246,43 @@ fn name_lock(cfg: &ProbeConfig, lock: u64) {
         && e != -17
     {
         // -EEXIST means another CPU named it first: nothing lost.
+        count(CNT_LOST_LOCK_INFO);
+    }
+}
+
+/// A spinlock at `task + offsetof(pi_lock)` of a task the task set confirms is alive
+/// (the waiter is someone else: a waker, a tracer) is that task's `pi_lock`.
+#[inline(never)]
+fn name_other_task_pi_lock(lock: u64) {
+    if let Some((task, _)) = crate::probes::rt::pi_lock_task(lock) {
+        name_task_pi_lock(task);
+    }
+}
+
+/// Name `task`'s `pi_lock` after the task's process (`task` is a live task pointer).
+#[inline(never)]
+pub fn name_task_pi_lock(task: u64) {
+    let cfg = CONFIG.load();
+    let lock = task + cfg.off_task_pi_lock as u64;
+    if unsafe { LOCK_INFO.get(lock) }.is_some() {
+        return;
+    }
+    let tgid = read_kernel(task + cfg.off_task_tgid as u64) as u32;
+    let leader = read_kernel(task + cfg.off_task_group_leader as u64);
+    let comm = if leader != 0 {
+        unsafe { bpf_probe_read_kernel((leader + cfg.off_task_comm as u64) as *const [u8; 16]) }
+            .unwrap_or([0; 16])
+    } else {
+        [0; 16]
+    };
+    let info = LockInfo {
+        kind: LOCK_KIND_PI_LOCK,
+        tgid,
+        comm,
+    };
+    if let Err(e) = LOCK_INFO.insert(lock, info, BPF_NOEXIST as u64)
+        && e != -17
+    {
         count(CNT_LOST_LOCK_INFO);
     }
 }
@@ -251,6 +321,7 @@ fn on_end(lock: u64, ret: i32) {
                 count_n(CNT_LOST_END_MISSED, (d - found - 1) as u64);
             }
             *depth = found;
+            crate::probes::rt::on_spin_end(found, &w, now);
             account(&w, now, ret);
             return;
         }

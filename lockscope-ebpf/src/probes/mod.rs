@@ -4,5 +4,6 @@ pub mod contention;
 pub mod feature;
 pub mod futex;
 pub mod pthread;
+pub mod rt;
 pub mod rwsem;
 pub mod sched;

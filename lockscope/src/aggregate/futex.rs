@@ -366,6 +366,7 @@ fn entry(
             pthread: None,
         }),
         events: None,
+        wait_task: None,
     }
 }
 

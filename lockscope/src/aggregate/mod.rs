@@ -1,6 +1,8 @@
 //! Aggregation: wait statistics, the recording model, and report rows. Pure.
 
+pub mod correlate;
 pub mod futex;
+pub mod pi_lock;
 pub mod pthread;
 pub mod rates;
 pub mod recording;

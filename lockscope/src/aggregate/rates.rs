@@ -585,6 +585,7 @@ mod tests {
             lock_type: t,
             user: None,
             events: None,
+            wait_task: None,
             name: format!("lock {addr}"),
             owner: Some(Owner {
                 field: "mmap_lock".into(),
@@ -631,6 +632,7 @@ mod tests {
             rwsem_events: None,
             starvation_episodes: None,
             latency_spikes: None,
+            rt_summary: None,
         }
     }
 
@@ -820,6 +822,7 @@ mod tests {
                 pthread: None,
             }),
             events: None,
+            wait_task: None,
         }
     }
 

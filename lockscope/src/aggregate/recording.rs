@@ -91,6 +91,9 @@ pub struct Recording {
     /// (with `--latency-threshold`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub latency_spikes: Option<Vec<super::rt::LatencySpike>>,
+    /// What the real-time probes timed and sent (with `--latency-threshold`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rt_summary: Option<super::pi_lock::RtSummary>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -123,6 +126,10 @@ pub struct LockEntry {
     /// writer events), `null` where the tier cannot see one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub events: Option<super::rwsem::EventValues>,
+    /// A task's `pi_lock`: acquisitions seen through `sched_wait_task` (tracepoint-tier
+    /// proxy; contention waits alone undercount).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wait_task: Option<super::pi_lock::WaitTaskProxy>,
 }
 
 /// The process whose structure holds the lock (for `mmap_lock`, `siglock`, `pi_lock`).
@@ -303,6 +310,7 @@ pub fn build_locks_cached(
                 tasks,
                 user: None,
                 events: None,
+                wait_task: None,
             }
         })
         .collect();
@@ -553,6 +561,7 @@ pub(crate) mod tests {
             rwsem_events: None,
             starvation_episodes: None,
             latency_spikes: None,
+            rt_summary: None,
         }
     }
 

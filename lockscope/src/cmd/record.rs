@@ -15,7 +15,7 @@ use crate::{
     aggregate::timeline::TimelineBuilder,
     cli::RecordArgs,
     decode::LockType,
-    probe::{LoadOptions, Target, features, pthread::is_static_elf},
+    probe::{LoadOptions, Target, features, pthread::is_static_elf, rt::RtOptions},
     session::Session,
     sink::report::render,
 };
@@ -34,7 +34,12 @@ pub fn run(args: RecordArgs) -> anyhow::Result<ExitCode> {
     let types = parse_types(&args.types)?;
     let target_desc = describe_target(&args, &target);
 
-    let mut session = Session::start(&LoadOptions { target, types }, target_desc)?;
+    let rt = args.latency_threshold.map(|t| RtOptions {
+        latency_threshold_ns: t,
+        starvation_threshold_ns: args.starvation_threshold,
+        starvation_acquisitions: args.starvation_acquisitions,
+    });
+    let mut session = Session::start_with_rt(&LoadOptions { target, types }, target_desc, rt)?;
     if session.probes().futex
         && let Some(cmd) = args.command.first()
         && resolve_command(cmd).is_ok_and(|p| is_static_elf(&p).unwrap_or(false))
@@ -47,6 +52,7 @@ pub fn run(args: RecordArgs) -> anyhow::Result<ExitCode> {
     for note in &session.probes().pthread.notes {
         eprintln!("lockscope: note: {note}");
     }
+    let capture = CommandOutput::default();
 
     let start = Instant::now();
     let deadline = args.duration.map(|d| start + Duration::from_secs_f64(d));
@@ -60,8 +66,12 @@ pub fn run(args: RecordArgs) -> anyhow::Result<ExitCode> {
         start,
         deadline,
         &mut timeline,
+        &capture,
     ))?;
     session.stop();
+    if let Some((text, pid)) = capture.take() {
+        session.feed_cyclictest_output(text, pid);
+    }
     clear_status();
     if let Stop::TargetsExited = stop {
         eprintln!(
@@ -229,21 +239,55 @@ async fn attach_command_libc(session: &mut Session, pid: u32) {
     }
 }
 
+/// The traced command's standard output, kept (and passed through) when it is
+/// cyclictest and latencies are recorded: its per-thread maxima become spikes.
+#[derive(Default, Clone)]
+struct CommandOutput(std::sync::Arc<std::sync::Mutex<Option<(String, u32)>>>);
+
+/// Output kept from the command: its summary is at the end.
+const CAPTURE_MAX: usize = 1 << 20;
+
+impl CommandOutput {
+    fn take(&self) -> Option<(String, u32)> {
+        self.0.lock().ok()?.take()
+    }
+}
+
+fn is_cyclictest(cmd: &str) -> bool {
+    Path::new(cmd)
+        .file_name()
+        .is_some_and(|n| n == "cyclictest")
+}
+
 async fn wait_for_stop(
     args: &RecordArgs,
     session: &mut Session,
     start: Instant,
     deadline: Option<Instant>,
     timeline: &mut TimelineBuilder,
+    capture: &CommandOutput,
 ) -> anyhow::Result<(Stop, Option<tokio::process::Child>)> {
+    let mut reader = None;
     let mut child = match args.command.split_first() {
-        Some((cmd, rest)) => Some(
-            tokio::process::Command::new(cmd)
-                .args(rest)
-                .kill_on_drop(false)
-                .spawn()
-                .with_context(|| format!("cannot run `{cmd}`"))?,
-        ),
+        Some((cmd, rest)) => {
+            let keep = args.latency_threshold.is_some() && is_cyclictest(cmd);
+            let mut c = tokio::process::Command::new(cmd);
+            c.args(rest).kill_on_drop(false);
+            if keep {
+                c.stdout(std::process::Stdio::piped());
+            }
+            let mut child = c.spawn().with_context(|| format!("cannot run `{cmd}`"))?;
+            if let Some(out) = child.stdout.take() {
+                let pid = child.id().unwrap_or(0);
+                let out = std::fs::File::from(
+                    out.into_owned_fd()
+                        .context("taking the command's output pipe")?,
+                );
+                let keep = capture.clone();
+                reader = Some(std::thread::spawn(move || pass_through(out, pid, keep)));
+            }
+            Some(child)
+        }
         None => None,
     };
     if let Some(pid) = child.as_ref().and_then(|c| c.id())
@@ -254,6 +298,8 @@ async fn wait_for_stop(
     let session = &*session;
     // Read the maps of processes with new pthread call sites while they live.
     let mut observe = tokio::time::interval(Duration::from_millis(100));
+    let drain_period = Duration::from_millis(50);
+    let mut drain_tick = tokio::time::interval_at((start + drain_period).into(), drain_period);
     let live = std::io::stderr().is_terminal();
     let period = Duration::from_secs_f64(args.interval);
     let mut tick = tokio::time::interval_at((start + period).into(), period);
@@ -271,7 +317,27 @@ async fn wait_for_stop(
                     Some(c) => c.wait().await,
                     None => std::future::pending().await,
                 }
-            } => break Stop::CommandExited(status?),
+            } => {
+                let status = status?;
+                if let Some(r) = reader.take() {
+                    // The pipe is at its end (or held by a grandchild: then its tail
+                    // comes later and is not read).
+                    if r.is_finished() || tokio::time::timeout(Duration::from_secs(1), async {
+                        while !r.is_finished() {
+                            tokio::time::sleep(Duration::from_millis(10)).await;
+                        }
+                    })
+                    .await
+                    .is_ok()
+                    {
+                        let _ = r.join();
+                    }
+                }
+                break Stop::CommandExited(status);
+            }
+            _ = drain_tick.tick() => {
+                session.drain_rt();
+            }
             _ = tokio::signal::ctrl_c() => break Stop::Interrupted,
             _ = &mut sleep => break Stop::Duration,
             _ = observe.tick() => {
@@ -289,6 +355,29 @@ async fn wait_for_stop(
         }
     };
     Ok((stop, child))
+}
+
+/// Copy the command's output to ours, keeping its last `CAPTURE_MAX` bytes.
+fn pass_through(mut out: std::fs::File, pid: u32, keep: CommandOutput) {
+    use std::io::Read as _;
+    let mut buf = vec![0u8; 8192];
+    let mut kept: Vec<u8> = Vec::new();
+    loop {
+        let n = match out.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        let mut stdout = std::io::stdout().lock();
+        let _ = stdout.write_all(&buf[..n]);
+        let _ = stdout.flush();
+        kept.extend_from_slice(&buf[..n]);
+        if kept.len() > CAPTURE_MAX {
+            kept.drain(..kept.len() - CAPTURE_MAX);
+        }
+        if let Ok(mut k) = keep.0.lock() {
+            *k = Some((String::from_utf8_lossy(&kept).into_owned(), pid));
+        }
+    }
 }
 
 fn show_status(session: &Session, start: Instant) {

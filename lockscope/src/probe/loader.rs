@@ -18,6 +18,7 @@ use super::{
     btf::{KernelBtf, KernelOffsets, VMLINUX_BTF},
     features,
     pthread::{PthreadProbes, pthread_config},
+    rt::{self as rt_probes, RtOptions},
     rwsem::{self, DeepTier},
 };
 use crate::decode::{LockType, flags_mask};
@@ -61,6 +62,8 @@ pub struct Probes {
     pub futex_missing: Vec<String>,
     /// pthread lock attribution: libc uprobes and why some locks cannot be attributed.
     pub pthread: PthreadProbes,
+    /// The real-time probes time wakeups and send lock activity (`--latency-threshold`).
+    pub rt: Option<RtOptions>,
 }
 
 /// Futex syscall probes: (program, tracepoint in category `syscalls`). The exit program
@@ -97,6 +100,11 @@ const CONTENTION_PROGRAMS: [(&str, &str); 2] = [
 
 impl Probes {
     pub fn load(opts: &LoadOptions) -> anyhow::Result<Self> {
+        Self::load_with_rt(opts, None)
+    }
+
+    /// Load, with the real-time probes timing wakeups when `rt` is given.
+    pub fn load_with_rt(opts: &LoadOptions, rt: Option<RtOptions>) -> anyhow::Result<Self> {
         features::require_privileges()?;
         features::bump_memlock_rlimit();
         let kbtf = KernelBtf::load(&PathBuf::from(VMLINUX_BTF))?;
@@ -142,6 +150,7 @@ impl Probes {
         }
 
         let rwsem_config = rwsem::rwsem_config(&kbtf);
+        let rt_config = rt_probes::rt_config(&kbtf, rt.as_ref())?;
         let btf = Btf::from_sys_fs().context("reading kernel BTF")?;
         let cpus = aya::util::nr_cpus().map(|n| n as u32).unwrap_or(1);
         let mut ebpf = EbpfLoader::new()
@@ -151,6 +160,7 @@ impl Probes {
             .override_global("PTHREAD_CONFIG", &pthread_config(), true)
             .map_max_entries("PTHREAD_SITES", pthread_sites_entries(cpus))
             .override_global("RWSEM_CONFIG", &rwsem_config.unwrap_or_default(), true)
+            .override_global("RT_CONFIG", &rt_config, true)
             .load(PROBES_OBJ)
             .context("loading the eBPF probes into the kernel")?;
 
@@ -174,7 +184,17 @@ impl Probes {
             pthread: PthreadProbes::default(),
             rwsem: DeepTier::default(),
             mmap_estimate: false,
+            rt,
         };
+        // The task set first: contention on a task's pi_lock is named from it.
+        for (prog, tp) in rt_probes::ALWAYS_PROGRAMS {
+            probes.attach_tp_btf(prog, tp, &btf)?;
+        }
+        if rt.is_some() {
+            for (prog, tp) in rt_probes::LATENCY_PROGRAMS {
+                probes.attach_tp_btf(prog, tp, &btf)?;
+            }
+        }
         for (prog, tp) in CONTENTION_PROGRAMS {
             probes.attach_tp_btf(prog, tp, &btf)?;
         }
@@ -202,6 +222,9 @@ impl Probes {
         }
         if probes.rwsem.tier() != "tracepoint" {
             probes.tier = "deep";
+        }
+        if probes.rt.is_some() {
+            rt_probes::set_gate(&mut probes.ebpf, true)?;
         }
         Ok(probes)
     }
@@ -275,6 +298,9 @@ impl Probes {
 
     /// Detach every program: no new events after this returns; maps stay readable.
     pub fn detach(&mut self) {
+        if self.rt.is_some() {
+            let _ = rt_probes::set_gate(&mut self.ebpf, false);
+        }
         for (_, link) in self.links.drain(..) {
             let _ = link.detach();
         }
@@ -295,6 +321,11 @@ impl Probes {
 
     pub fn ebpf(&self) -> &Ebpf {
         &self.ebpf
+    }
+
+    /// Take a map out of the object (a ring buffer the session drains).
+    pub fn take_map(&mut self, name: &str) -> Option<aya::maps::Map> {
+        self.ebpf.take_map(name)
     }
 }
 

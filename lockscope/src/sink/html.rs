@@ -453,8 +453,97 @@ fn timeline_svg(t: &Timeline, rec: &Recording) -> String {
             esc(&label)
         );
     }
-    s.push_str("</svg><p class=\"muted\">Wait time per second of each interval (ms of waiting per s), per lock.</p>\n");
+    let marks = rt_marks(rec);
+    for m in marks.iter().filter(|m| m.t_s <= tmax) {
+        let _ = write!(
+            s,
+            "<line class=\"{}\" x1=\"{x:.1}\" y1=\"{pad}\" x2=\"{x:.1}\" y2=\"{}\" stroke=\"{}\" stroke-width=\"1.5\" stroke-dasharray=\"4,2\"><title>{}</title></line>",
+            m.class,
+            pad + hgt,
+            if m.class == "spike" {
+                "#d62728"
+            } else {
+                "#ff7f0e"
+            },
+            esc(&m.label),
+            x = x(m.t_s),
+        );
+    }
+    s.push_str("</svg><p class=\"muted\">Wait time per second of each interval (ms of waiting per s), per lock.");
+    if rec.latency_spikes.is_some() || rec.starvation_episodes.is_some() {
+        let spikes = marks.iter().filter(|m| m.class == "spike").count();
+        let _ = write!(
+            s,
+            " Dashed lines: {spikes} latency spikes (red) and {} starvation episodes (orange); hover for details.",
+            marks.len() - spikes
+        );
+    }
+    s.push_str("</p>\n");
     s
+}
+
+/// A latency spike or starvation episode placed on the timeline.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RtMark {
+    /// Seconds since recording started.
+    pub t_s: f64,
+    /// `spike` or `episode`.
+    pub class: &'static str,
+    pub label: String,
+}
+
+/// Spikes and episodes with a known time, in seconds since the recording started (from
+/// the kernel monotonic clock at start, `rt_summary.start_ktime_ns`).
+pub fn rt_marks(rec: &Recording) -> Vec<RtMark> {
+    let Some(start) = rec
+        .rt_summary
+        .as_ref()
+        .map(|s| s.start_ktime_ns)
+        .filter(|&s| s > 0)
+    else {
+        return Vec::new();
+    };
+    let at = |ts: u64| (ts >= start && ts > 0).then(|| (ts - start) as f64 / 1e9);
+    let mut marks: Vec<RtMark> = Vec::new();
+    for sp in rec.latency_spikes.iter().flatten() {
+        if let Some(t_s) = at(sp.ts_ns) {
+            marks.push(RtMark {
+                t_s,
+                class: "spike",
+                label: format!(
+                    "latency {} on cpu {} ({:?}), {}{}",
+                    crate::sink::report::fmt_ns(sp.latency_ns),
+                    sp.cpu,
+                    sp.source,
+                    sp.task.comm,
+                    if sp.explained {
+                        format!(": explained by {}", sp.overlaps[0].lock)
+                    } else if sp.overlaps.is_empty() {
+                        ": no lock activity overlapped".to_owned()
+                    } else {
+                        ": not explained".to_owned()
+                    }
+                ),
+            });
+        }
+    }
+    for e in rec.starvation_episodes.iter().flatten() {
+        if let Some(t_s) = at(e.ts_ns) {
+            marks.push(RtMark {
+                t_s,
+                class: "episode",
+                label: format!(
+                    "{}starvation on {} (cpu {}): wait {}, {} foreign acquisitions",
+                    if e.probable { "probable " } else { "" },
+                    e.lock,
+                    e.cpu,
+                    crate::sink::report::fmt_ns(e.wait_ns),
+                    e.foreign_acquisitions
+                ),
+            });
+        }
+    }
+    marks
 }
 
 #[cfg(test)]
@@ -548,6 +637,63 @@ mod tests {
         assert!(h.contains("n/a in this tier: rlock_fast"));
         let none = modes_html(&[("rlock_fast".to_owned(), None, false)]);
         assert!(none.contains("n/a in this tier (rlock_fast)"));
+    }
+
+    #[test]
+    fn spikes_and_episodes_are_marked_on_the_timeline() {
+        use crate::aggregate::{
+            pi_lock::RtSummary,
+            rt::{EpisodeKind, LatencySpike, SpikeSource, StarvationEpisode, TaskRef},
+        };
+        let mut rec = with_timeline();
+        let start = 5_000_000_000;
+        rec.rt_summary = Some(RtSummary {
+            start_ktime_ns: start,
+            ..Default::default()
+        });
+        let task = TaskRef {
+            pid: 1,
+            tid: Some(2),
+            comm: "cyclictest".into(),
+            stack: Vec::new(),
+        };
+        let spike = |ts| LatencySpike {
+            cpu: 0,
+            ts_ns: ts,
+            latency_ns: 150_000,
+            source: SpikeSource::Lockscope,
+            task: task.clone(),
+            overlaps: Vec::new(),
+            explained: false,
+        };
+        // One inside the run, one with no time (cyclictest without a match): not drawn.
+        rec.latency_spikes = Some(vec![spike(start + 500_000_000), spike(0)]);
+        rec.starvation_episodes = Some(vec![StarvationEpisode {
+            kind: EpisodeKind::Starvation,
+            ts_ns: start + 1_000_000_000,
+            cpu: 1,
+            lock: "pi_lock of stress-ng[9]".into(),
+            addr: "0x10".into(),
+            waiter: task.clone(),
+            wait_ns: 30_000,
+            foreign_acquisitions: 12,
+            acquirers: Vec::new(),
+            irqs_off: None,
+            probable: true,
+            tier: "tracepoint".into(),
+        }]);
+        let marks = rt_marks(&rec);
+        assert_eq!(marks.len(), 2);
+        assert_eq!((marks[0].t_s, marks[0].class), (0.5, "spike"));
+        assert!(marks[0].label.contains("no lock activity overlapped"));
+        assert_eq!((marks[1].t_s, marks[1].class), (1.0, "episode"));
+        let html = render_html(&rec).unwrap();
+        assert_eq!(html.matches("<line class=\"spike\"").count(), 1);
+        assert_eq!(html.matches("<line class=\"episode\"").count(), 1);
+        assert!(html.contains("1 latency spikes (red) and 1 starvation episodes"));
+        // Without the start time nothing can be placed.
+        rec.rt_summary = None;
+        assert!(rt_marks(&rec).is_empty());
     }
 
     #[test]

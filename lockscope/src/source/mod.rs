@@ -5,6 +5,7 @@ pub mod remote;
 
 pub mod batch;
 pub mod futex;
+pub mod rt;
 
 use anyhow::Context as _;
 use aya::{

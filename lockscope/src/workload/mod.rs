@@ -18,6 +18,7 @@ mod futex_rwlock;
 mod futex_sys;
 mod handoff;
 mod pthread_mutex;
+mod ptrace_storm;
 mod sys;
 
 pub use churn::MmapChurnArgs;
@@ -26,6 +27,7 @@ pub use futex_mutex::FutexMutexArgs;
 pub use futex_rwlock::FutexRwlockArgs;
 pub use handoff::MmapHandoffArgs;
 pub use pthread_mutex::PthreadMutexArgs;
+pub use ptrace_storm::PtraceStormArgs;
 
 /// A built-in workload that generates kernel lock contention.
 #[derive(Debug, clap::Subcommand)]
@@ -131,6 +133,22 @@ pub enum Workload {
     /// Linux 5.14+ (MADV_POPULATE_WRITE).
     #[command(verbatim_doc_comment)]
     MmapHandoff(MmapHandoffArgs),
+    /// Tracer threads attaching to, peeking into and detaching from busy tracees.
+    ///
+    /// Like `stress-ng --ptrace`: each of --tracers threads owns one tracee
+    /// process (a forked child spinning in user space) and loops on
+    /// PTRACE_SEIZE + PTRACE_INTERRUPT, waitpid until the tracee stops,
+    /// PTRACE_PEEKDATA (--peeks times) and PTRACE_DETACH. Every peek passes
+    /// ptrace_check_attach -> wait_task_inactive, which takes the tracee's
+    /// pi_lock on every loop iteration (Linux 6.7+) while the tracee is
+    /// still switching out: the pi_lock pattern behind cyclictest latency
+    /// spikes under ptrace load. Trace it with
+    /// `lockscope record --latency-threshold 100us -- ...`.
+    ///
+    /// Prints the tracee pids and its own counts of attaches, interrupts,
+    /// stops, peeks, detaches and failed calls.
+    #[command(verbatim_doc_comment)]
+    PtraceStorm(PtraceStormArgs),
 }
 
 /// Runs the selected workload to completion, printing its summary on stdout.
@@ -142,5 +160,6 @@ pub fn run(w: &Workload) -> anyhow::Result<()> {
         Workload::FutexRwlock(args) => futex_rwlock::run(args),
         Workload::PthreadMutex(args) => pthread_mutex::run(args),
         Workload::MmapHandoff(args) => handoff::run(args),
+        Workload::PtraceStorm(args) => ptrace_storm::run(args),
     }
 }

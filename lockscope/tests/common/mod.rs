@@ -99,7 +99,8 @@ pub fn loaded_programs() -> Vec<(u64, String)> {
 }
 
 /// The probes' program names as the kernel shows them (truncated to 15 characters).
-const OUR_PROGRAMS: [&str; 4] = [
+const OUR_PROGRAMS: [&str; 5] = [
+    "rt_",
     "contention_begi",
     "contention_end",
     "sched_process_f",
