@@ -187,6 +187,11 @@ pub struct TopArgs {
     /// (its /api/snapshot; what it traces is set where it runs).
     #[arg(long, value_name = "HOST:PORT")]
     pub connect: Option<String>,
+    /// Time wakeups of real-time threads and list those slower than this (e.g. 100us)
+    /// in the episodes view (`e`) as they arrive, with the lock activity in their window,
+    /// as `record --latency-threshold` does. Probable starvation episodes appear there too.
+    #[arg(long, value_name = "DURATION", value_parser = parse_ns, conflicts_with = "connect")]
+    pub latency_threshold: Option<u64>,
 }
 
 /// A short duration in nanoseconds: `100us`, `1.5ms`, `500ns`, `1s` (a unit is required).

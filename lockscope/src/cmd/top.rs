@@ -8,7 +8,7 @@ use crate::{
     aggregate::Recording,
     cli::TopArgs,
     cmd::record::parse_types,
-    probe::{LoadOptions, Target, features},
+    probe::{LoadOptions, Target, features, rt::RtOptions},
     session::Session,
     sink::tui::{self, Feed},
     source::remote::RemoteSnapshots,
@@ -27,7 +27,13 @@ pub fn run(args: TopArgs) -> anyhow::Result<std::process::ExitCode> {
             let types = parse_types(&args.types)?;
             let (target, desc) = validate(&args)?;
             require_terminal()?;
-            let session = Session::start(&LoadOptions { target, types }, desc)?;
+            // Same defaults as `record`: a 20 us pi_lock wait with 8 foreign acquisitions.
+            let rt = args.latency_threshold.map(|t| RtOptions {
+                latency_threshold_ns: t,
+                starvation_threshold_ns: 20_000,
+                starvation_acquisitions: 8,
+            });
+            let session = Session::start_with_rt(&LoadOptions { target, types }, desc, rt)?;
             let mut feed = SessionFeed(session);
             tui::run(&mut feed, args.interval)?;
             feed.0.stop();
@@ -74,6 +80,9 @@ struct SessionFeed(Session);
 
 impl Feed for SessionFeed {
     fn next(&mut self) -> anyhow::Result<Recording> {
+        // The real-time ring buffer is drained once per refresh; what overflows it is
+        // counted in `lost`.
+        self.0.drain_rt();
         self.0.snapshot()
     }
     fn describe(&self) -> String {
