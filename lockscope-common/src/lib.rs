@@ -10,11 +10,13 @@ pub mod contention;
 pub mod futex;
 pub mod hist;
 pub mod rwsem;
+pub mod spin;
 
 pub use contention::*;
 pub use futex::*;
 pub use hist::*;
 pub use rwsem::*;
+pub use spin::*;
 
 /// Compile-time size check for a wire record.
 #[macro_export]

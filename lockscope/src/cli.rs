@@ -121,6 +121,16 @@ pub struct RecordArgs {
     /// Also write the HTML report (histograms, timeline, flame graphs) to this file.
     #[arg(long, value_name = "FILE")]
     pub html: Option<PathBuf>,
+    /// Starvation detector (deep spinlock tier, watched locks: every task's pi_lock):
+    /// an episode is one wait of at least this long during which other CPUs took the
+    /// lock --starvation-acquisitions times or more; one hold this long is a long-hold
+    /// episode. Units ns, us, ms, s (e.g. 20us, 1ms).
+    #[arg(long, value_name = "DURATION", default_value = "20us", value_parser = parse_duration_ns)]
+    pub starvation_threshold: u64,
+    /// Starvation detector: acquisitions by other CPUs during one wait.
+    #[arg(long, value_name = "N", default_value_t = 8,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub starvation_acquisitions: u64,
     #[command(flatten)]
     pub view: ViewArgs,
     /// The command to run and trace; its exit code becomes lockscope's.
@@ -164,6 +174,31 @@ pub struct TopArgs {
     pub connect: Option<String>,
 }
 
+/// `20us`, `1.5ms`, `500ns`, `2s` -> nanoseconds (a unit is required; 1 ns to 10 s).
+pub fn parse_duration_ns(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let at = t
+        .find(|c: char| c.is_ascii_alphabetic())
+        .ok_or_else(|| format!("`{s}` needs a unit: ns, us, ms or s (e.g. 20us)"))?;
+    let (num, unit) = t.split_at(at);
+    let v: f64 = num
+        .trim()
+        .parse()
+        .map_err(|_| format!("`{s}` is not a duration (try 20us, 1ms)"))?;
+    let scale = match unit {
+        "ns" => 1.0,
+        "us" => 1e3,
+        "ms" => 1e6,
+        "s" => 1e9,
+        _ => return Err(format!("`{s}`: unknown unit `{unit}` (use ns, us, ms or s)")),
+    };
+    let ns = v * scale;
+    if !(1.0..=1e10).contains(&ns) {
+        return Err(format!("duration `{s}` out of range: 1ns to 10s"));
+    }
+    Ok(ns.round() as u64)
+}
+
 /// `1s`, `500ms`, `2.5s`, `1m`, or plain seconds.
 pub fn parse_interval(s: &str) -> Result<Duration, String> {
     let t = s.trim();
@@ -190,6 +225,18 @@ pub fn parse_interval(s: &str) -> Result<Duration, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn thresholds_parse_to_nanoseconds() {
+        assert_eq!(parse_duration_ns("20us"), Ok(20_000));
+        assert_eq!(parse_duration_ns("1.5ms"), Ok(1_500_000));
+        assert_eq!(parse_duration_ns("500ns"), Ok(500));
+        assert_eq!(parse_duration_ns("2s"), Ok(2_000_000_000));
+        assert!(parse_duration_ns("20").unwrap_err().contains("needs a unit"));
+        assert!(parse_duration_ns("20m").unwrap_err().contains("unknown unit"));
+        assert!(parse_duration_ns("0us").unwrap_err().contains("out of range"));
+        assert!(parse_duration_ns("xus").unwrap_err().contains("not a duration"));
+    }
 
     #[test]
     fn intervals_parse() {

@@ -11,7 +11,7 @@ use crate::{
         Recording,
         futex::{FutexEvents, futex_type_filtered},
         recording::{EventCounts, SCHEMA, build_locks, lost_counts},
-        rwsem,
+        rwsem, spin,
     },
     probe::{LoadOptions, Probes, features, rwsem::RT_NOTE},
     source::{read_counters, read_lock_totals, read_snapshot},
@@ -76,6 +76,7 @@ impl Session {
             deep.hook_tiers(),
             deep.rt.then(|| RT_NOTE.to_owned()),
         );
+        let (spin_summary, starvation) = self.spin_snapshot(&mut locks, &mut lost)?;
         Ok(Recording {
             schema: SCHEMA.to_owned(),
             lockscope_version: env!("CARGO_PKG_VERSION").to_owned(),
@@ -98,14 +99,48 @@ impl Session {
                 .enabled
                 .then(|| FutexEvents::from_snapshot(&raw.futex, futex_type_filtered(&raw.futex))),
             rwsem_events: Some(rwsem_events),
-            starvation_episodes: None,
+            starvation_episodes: starvation,
             latency_spikes: None,
+            spin: Some(spin_summary),
         })
+    }
+
+    /// The deep spinlock tier: its entries merged into `locks`, its summary, and the
+    /// starvation episodes (`None` when the tier did not run).
+    fn spin_snapshot(
+        &self,
+        locks: &mut Vec<crate::aggregate::LockEntry>,
+        lost: &mut std::collections::BTreeMap<String, u64>,
+    ) -> anyhow::Result<(spin::SpinSummary, Option<Vec<crate::aggregate::rt::StarvationEpisode>>)>
+    {
+        let tier = &self.probes.spin;
+        if !tier.active() {
+            let why = tier.unavailable.as_deref().unwrap_or("not attached");
+            return Ok((spin::unavailable_summary(why, tier.hook_tiers()), None));
+        }
+        let snap = crate::source::spin::read_spin(self.probes.ebpf(), tier)?;
+        let hold_ok = tier.hold_unavailable.is_none();
+        spin::merge_entries(locks, spin::deep_entries(&snap, &self.names, hold_ok));
+        let episodes = spin::episodes(&snap, &self.names, lost);
+        let summary = spin::summary(
+            &snap,
+            tier.hook_tiers(),
+            tier.hold_unavailable.as_deref(),
+            &tier.params,
+        );
+        Ok((summary, Some(episodes)))
+    }
+
+    /// Set the starvation detector's thresholds (deep spinlock tier; no-op without it).
+    pub fn set_starvation(&mut self, p: lockscope_common::SpinParams) -> anyhow::Result<()> {
+        self.probes.set_spin_params(p)
     }
 
     /// Cumulative count and wait time per (lock, type): cheap enough to read every interval
     /// (no symbolization).
     pub fn lock_totals(&self) -> anyhow::Result<Vec<LockTotals>> {
+        // Episodes wait in a ring buffer: empty it every interval.
+        self.probes.spin.drain();
         read_lock_totals(self.probes.ebpf())
     }
 

@@ -5,3 +5,4 @@ pub mod feature;
 pub mod futex;
 pub mod rwsem;
 pub mod sched;
+pub mod spin;

@@ -316,6 +316,7 @@ fn entry(
         callers: Vec::new(),
         user: Some(UserLock { pid, comm, futex }),
         events: None,
+        spin: None,
     }
 }
 

@@ -378,6 +378,7 @@ mod tests {
             lock_type: t,
             user: None,
             events: None,
+            spin: None,
             name: format!("lock {addr}"),
             owner: Some(Owner {
                 field: "mmap_lock".into(),
@@ -424,6 +425,7 @@ mod tests {
             rwsem_events: None,
             starvation_episodes: None,
             latency_spikes: None,
+            spin: None,
         }
     }
 

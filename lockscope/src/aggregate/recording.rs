@@ -91,6 +91,9 @@ pub struct Recording {
     /// (with `--latency-threshold`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub latency_spikes: Option<Vec<super::rt::LatencySpike>>,
+    /// How the deep spinlock tier (pi_lock waits, holds, starvation detector) ran.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spin: Option<super::spin::SpinSummary>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -123,6 +126,9 @@ pub struct LockEntry {
     /// writer events), `null` where the tier cannot see one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub events: Option<super::rwsem::EventValues>,
+    /// Deep spinlock tier entries (watched locks): `tier` and `hold`.
+    #[serde(flatten, default, skip_serializing_if = "Option::is_none")]
+    pub spin: Option<super::spin::SpinDetail>,
 }
 
 /// The process whose structure holds the lock (for `mmap_lock`, `siglock`, `pi_lock`).
@@ -261,6 +267,7 @@ pub fn build_locks(
                 tasks,
                 user: None,
                 events: None,
+                spin: None,
             }
         })
         .collect();
@@ -478,6 +485,7 @@ pub(crate) mod tests {
             rwsem_events: None,
             starvation_episodes: None,
             latency_spikes: None,
+            spin: None,
         }
     }
 

@@ -33,6 +33,11 @@ pub fn run(args: RecordArgs) -> anyhow::Result<ExitCode> {
     let target_desc = describe_target(&args, &target);
 
     let mut session = Session::start(&LoadOptions { target, types }, target_desc)?;
+    session.set_starvation(lockscope_common::SpinParams {
+        threshold_ns: args.starvation_threshold,
+        min_foreign: args.starvation_acquisitions,
+        hold_threshold_ns: args.starvation_threshold,
+    })?;
 
     let start = Instant::now();
     let deadline = args.duration.map(|d| start + Duration::from_secs_f64(d));

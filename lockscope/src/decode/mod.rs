@@ -1,6 +1,7 @@
 //! Raw map contents -> typed lock events. Pure: no kernel access here.
 
 pub mod futex;
+pub mod spin;
 
 use std::fmt;
 

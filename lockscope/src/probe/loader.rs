@@ -15,6 +15,7 @@ use super::{
     btf::{KernelBtf, KernelOffsets, VMLINUX_BTF},
     features,
     rwsem::{self, DeepTier},
+    spin::{self, SpinTier},
 };
 use crate::decode::{LockType, flags_mask};
 
@@ -55,6 +56,8 @@ pub struct Probes {
     pub futex: bool,
     /// Futex tracepoints this kernel lacks (not attached), e.g. `sys_enter_futex_waitv`.
     pub futex_missing: Vec<String>,
+    /// The deep spinlock tier (pi_lock waits, holds, starvation episodes).
+    pub spin: SpinTier,
 }
 
 /// Futex syscall probes: (program, tracepoint in category `syscalls`). The exit program
@@ -136,11 +139,17 @@ impl Probes {
         }
 
         let rwsem_config = rwsem::rwsem_config(&kbtf);
+        let spin_config = spin::spin_config(&kbtf);
         let btf = Btf::from_sys_fs().context("reading kernel BTF")?;
         let cpus = aya::util::nr_cpus().map(|n| n as u32).unwrap_or(1);
         let mut ebpf = EbpfLoader::new()
             .btf(Some(&btf))
             .override_global("CONFIG", &config, true)
+            .override_global(
+                "SPIN_CONFIG",
+                spin_config.as_ref().unwrap_or(&Default::default()),
+                true,
+            )
             .map_max_entries("FUTEX_STATS", futex_stats_entries(cpus))
             .override_global("RWSEM_CONFIG", &rwsem_config.unwrap_or_default(), true)
             .load(PROBES_OBJ)
@@ -165,6 +174,7 @@ impl Probes {
             futex_missing: Vec::new(),
             rwsem: DeepTier::default(),
             mmap_estimate: false,
+            spin: SpinTier::default(),
         };
         for (prog, tp) in CONTENTION_PROGRAMS {
             probes.attach_tp_btf(prog, tp, &btf)?;
@@ -190,6 +200,10 @@ impl Probes {
             probes.attach_tp_btf(prog, "mmap_lock_acquire_returned", &btf)?;
             probes.mmap_estimate = true;
         }
+        probes.spin = match &spin_config {
+            Ok(_) => SpinTier::attach(&mut probes.ebpf, &btf, true),
+            Err(e) => SpinTier::off(format!("{e:#}")),
+        };
         if probes.rwsem.tier() != "tracepoint" {
             probes.tier = "deep";
         }
@@ -272,6 +286,16 @@ impl Probes {
             let _ = link.detach();
         }
         self.rwsem.detach(&mut self.ebpf);
+        self.spin.detach(&mut self.ebpf);
+    }
+
+    /// Set the starvation detector's thresholds (deep spinlock tier).
+    pub fn set_spin_params(&mut self, p: lockscope_common::SpinParams) -> anyhow::Result<()> {
+        if self.spin.active() {
+            spin::write_params(&mut self.ebpf, &p)?;
+            self.spin.params = p;
+        }
+        Ok(())
     }
 
     pub fn ebpf(&self) -> &Ebpf {
@@ -291,6 +315,19 @@ pub fn probe_rwsem_hooks() -> anyhow::Result<DeepTier> {
         .load(PROBES_OBJ)
         .context("loading the eBPF probes into the kernel")?;
     let mut tier = DeepTier::attach(&mut ebpf, &btf, rwsem_config.is_some());
+    tier.detach(&mut ebpf);
+    Ok(tier)
+}
+
+/// Try the deep spinlock hooks for real (load and attach each, then detach), for
+/// `doctor`. Nothing is recorded.
+pub fn probe_spin_hooks() -> anyhow::Result<SpinTier> {
+    let btf = Btf::from_sys_fs().context("reading kernel BTF")?;
+    let mut ebpf = EbpfLoader::new()
+        .btf(Some(&btf))
+        .load(PROBES_OBJ)
+        .context("loading the eBPF probes into the kernel")?;
+    let mut tier = SpinTier::attach(&mut ebpf, &btf, false);
     tier.detach(&mut ebpf);
     Ok(tier)
 }

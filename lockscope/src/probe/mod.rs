@@ -4,5 +4,6 @@ pub mod btf;
 pub mod features;
 pub mod loader;
 pub mod rwsem;
+pub mod spin;
 
 pub use loader::{LoadOptions, Probes, Target};

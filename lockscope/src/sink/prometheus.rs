@@ -443,6 +443,7 @@ mod tests {
             lock_type: t,
             user: None,
             events: None,
+            spin: None,
             name: name.to_owned(),
             owner: None,
             stats: wait(ns, n),

@@ -4,6 +4,7 @@
 pub mod remote;
 
 pub mod futex;
+pub mod spin;
 
 use anyhow::Context as _;
 use aya::{

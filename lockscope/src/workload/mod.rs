@@ -17,6 +17,7 @@ mod futex_mutex;
 mod futex_rwlock;
 mod futex_sys;
 mod handoff;
+mod pi_contend;
 mod pthread_mutex;
 mod sys;
 
@@ -25,6 +26,7 @@ pub use fault::MmapFaultArgs;
 pub use futex_mutex::FutexMutexArgs;
 pub use futex_rwlock::FutexRwlockArgs;
 pub use handoff::MmapHandoffArgs;
+pub use pi_contend::PiContendArgs;
 pub use pthread_mutex::PthreadMutexArgs;
 
 /// A built-in workload that generates kernel lock contention.
@@ -121,6 +123,19 @@ pub enum Workload {
     /// Linux 5.14+ (MADV_POPULATE_WRITE).
     #[command(verbatim_doc_comment)]
     MmapHandoff(MmapHandoffArgs),
+
+    /// Threads re-taking one victim thread's `pi_lock`: the starvation detector's load.
+    ///
+    /// A victim thread spins; N caller threads loop on sched_getaffinity(victim)
+    /// (and every --set-every calls sched_setaffinity(victim) with its own mask), each
+    /// of which takes the victim's `pi_lock` at least once. While one CPU waits for
+    /// that lock, the others keep re-acquiring it: the foreign re-acquisitions of
+    /// cache-line starvation. Prints the victim's thread id and the calls made, so
+    /// `lockscope record -- lockscope workload pi-contend` can be checked against
+    /// them: the deep tier's hold count on `pi_lock of pi-victim[TID]` is at least
+    /// `pi_lock_calls`. --threads 1 is the uncontended baseline.
+    #[command(verbatim_doc_comment)]
+    PiContend(PiContendArgs),
 }
 
 /// Runs the selected workload to completion, printing its summary on stdout.
@@ -132,5 +147,6 @@ pub fn run(w: &Workload) -> anyhow::Result<()> {
         Workload::FutexRwlock(args) => futex_rwlock::run(args),
         Workload::PthreadMutex(args) => pthread_mutex::run(args),
         Workload::MmapHandoff(args) => handoff::run(args),
+        Workload::PiContend(args) => pi_contend::run(args),
     }
 }

@@ -39,6 +39,7 @@ fn lock(addr: &str, t: LockType, name: &str, tasks: &[(u32, &str, WaitStats)]) -
         lock_type: t,
         user: None,
         events: None,
+        spin: None,
         name: name.into(),
         owner: name.starts_with("mmap_lock").then(|| Owner {
             field: "mmap_lock".into(),
@@ -84,6 +85,7 @@ fn recording(duration_s: f64, lost: u64, locks: Vec<LockEntry>) -> Recording {
         rwsem_events: None,
         starvation_episodes: None,
         latency_spikes: None,
+        spin: None,
     }
 }
 
