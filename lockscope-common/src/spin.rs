@@ -26,6 +26,9 @@ pub const SPIN_RINGBUF_BYTES: u32 = 256 * 1024;
 
 pub const SPIN_DEFAULT_THRESHOLD_NS: u64 = 20_000;
 pub const SPIN_DEFAULT_MIN_FOREIGN: u64 = 8;
+/// One hold of a pi_lock for this long is pathological on real hardware (holds take
+/// well under a microsecond); under emulation 20 us holds are everywhere.
+pub const SPIN_DEFAULT_HOLD_THRESHOLD_NS: u64 = 1_000_000;
 
 /// What a watched lock is, in [`SpinWatch::kind`].
 pub const WATCH_PI_LOCK: u32 = 1;
@@ -59,7 +62,7 @@ impl Default for SpinParams {
         Self {
             threshold_ns: SPIN_DEFAULT_THRESHOLD_NS,
             min_foreign: SPIN_DEFAULT_MIN_FOREIGN,
-            hold_threshold_ns: SPIN_DEFAULT_THRESHOLD_NS,
+            hold_threshold_ns: SPIN_DEFAULT_HOLD_THRESHOLD_NS,
         }
     }
 }

@@ -123,14 +123,17 @@ pub struct RecordArgs {
     pub html: Option<PathBuf>,
     /// Starvation detector (deep spinlock tier, watched locks: every task's pi_lock):
     /// an episode is one wait of at least this long during which other CPUs took the
-    /// lock --starvation-acquisitions times or more; one hold this long is a long-hold
-    /// episode. Units ns, us, ms, s (e.g. 20us, 1ms).
+    /// lock --starvation-acquisitions times or more. Units ns, us, ms, s (e.g. 20us).
     #[arg(long, value_name = "DURATION", default_value = "20us", value_parser = parse_duration_ns)]
     pub starvation_threshold: u64,
     /// Starvation detector: acquisitions by other CPUs during one wait.
     #[arg(long, value_name = "N", default_value_t = 8,
           value_parser = clap::value_parser!(u64).range(1..))]
     pub starvation_acquisitions: u64,
+    /// Deep spinlock tier: one hold of a watched lock at least this long is a long-hold
+    /// episode (units ns, us, ms, s).
+    #[arg(long, value_name = "DURATION", default_value = "1ms", value_parser = parse_duration_ns)]
+    pub long_hold_threshold: u64,
     #[command(flatten)]
     pub view: ViewArgs,
     /// The command to run and trace; its exit code becomes lockscope's.
@@ -190,7 +193,11 @@ pub fn parse_duration_ns(s: &str) -> Result<u64, String> {
         "us" => 1e3,
         "ms" => 1e6,
         "s" => 1e9,
-        _ => return Err(format!("`{s}`: unknown unit `{unit}` (use ns, us, ms or s)")),
+        _ => {
+            return Err(format!(
+                "`{s}`: unknown unit `{unit}` (use ns, us, ms or s)"
+            ));
+        }
     };
     let ns = v * scale;
     if !(1.0..=1e10).contains(&ns) {
@@ -232,10 +239,26 @@ mod tests {
         assert_eq!(parse_duration_ns("1.5ms"), Ok(1_500_000));
         assert_eq!(parse_duration_ns("500ns"), Ok(500));
         assert_eq!(parse_duration_ns("2s"), Ok(2_000_000_000));
-        assert!(parse_duration_ns("20").unwrap_err().contains("needs a unit"));
-        assert!(parse_duration_ns("20m").unwrap_err().contains("unknown unit"));
-        assert!(parse_duration_ns("0us").unwrap_err().contains("out of range"));
-        assert!(parse_duration_ns("xus").unwrap_err().contains("not a duration"));
+        assert!(
+            parse_duration_ns("20")
+                .unwrap_err()
+                .contains("needs a unit")
+        );
+        assert!(
+            parse_duration_ns("20m")
+                .unwrap_err()
+                .contains("unknown unit")
+        );
+        assert!(
+            parse_duration_ns("0us")
+                .unwrap_err()
+                .contains("out of range")
+        );
+        assert!(
+            parse_duration_ns("xus")
+                .unwrap_err()
+                .contains("not a duration")
+        );
     }
 
     #[test]

@@ -111,8 +111,10 @@ impl Session {
         &self,
         locks: &mut Vec<crate::aggregate::LockEntry>,
         lost: &mut std::collections::BTreeMap<String, u64>,
-    ) -> anyhow::Result<(spin::SpinSummary, Option<Vec<crate::aggregate::rt::StarvationEpisode>>)>
-    {
+    ) -> anyhow::Result<(
+        spin::SpinSummary,
+        Option<Vec<crate::aggregate::rt::StarvationEpisode>>,
+    )> {
         let tier = &self.probes.spin;
         if !tier.active() {
             let why = tier.unavailable.as_deref().unwrap_or("not attached");

@@ -62,7 +62,7 @@ pub const KERNELS: [GuestKernel; 3] = [
 ];
 
 /// How long one guest may run (boot + steps + poweroff) before qemu is killed.
-const GUEST_TIMEOUT: Duration = Duration::from_secs(420);
+const GUEST_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// Result line the guest prints last.
 const RESULT_MARK: &str = "LOCKSCOPE-VM-RESULT";
@@ -221,8 +221,10 @@ step handoff lockscope record -n 5 -o /tmp/handoff.json -- lockscope workload mm
 dump handoff.json
 step pi-contend lockscope record -n 5 -o /tmp/pi.json -- lockscope workload pi-contend --threads 4 --seconds 4
 dump pi.json
-step pi-calm lockscope record -n 5 -o /tmp/pi-calm.json -- lockscope workload pi-contend --threads 1 --seconds 3
+step pi-calm lockscope record -n 5 -o /tmp/pi-calm.json -- lockscope workload pi-contend --threads 1 --one-cpu --seconds 3
 dump pi-calm.json
+step pi-kprobe env LOCKSCOPE_SPIN_KPROBES=1 lockscope record -n 5 -o /tmp/pi-kprobe.json -- lockscope workload pi-contend --threads 4 --seconds 2
+dump pi-kprobe.json
 "#;
 
 fn build_initramfs(exe: &Path, out: &Path) -> Result<()> {
@@ -683,7 +685,12 @@ fn check_spin(g: &GuestLog, lines: &mut Vec<String>, check: &mut impl FnMut(bool
         doctor.contains("deep spinlock tier: available"),
         "doctor: deep spinlock tier available".into(),
     );
-    for (step, file, contended) in [("pi-contend", "pi.json", true), ("pi-calm", "pi-calm.json", false)] {
+    // (step, file, contended: the detector must fire, kprobe: the fallback is forced)
+    for (step, file, contended, kprobe) in [
+        ("pi-contend", "pi.json", true, false),
+        ("pi-calm", "pi-calm.json", false, false),
+        ("pi-kprobe", "pi-kprobe.json", false, true),
+    ] {
         let out = g.steps.get(step).map(|s| s.1.as_str()).unwrap_or("");
         let (tid, calls) = (
             workload_value(out, "victim_tid"),
@@ -711,6 +718,18 @@ fn check_spin(g: &GuestLog, lines: &mut Vec<String>, check: &mut impl FnMut(bool
             spin["tier"] == "deep",
             format!("{step}: spin tier deep (got {})", spin["tier"]),
         );
+        if kprobe {
+            let hooks = spin["hooks"].as_object().cloned().unwrap_or_default();
+            check(
+                hooks.get("native_queued_spin_lock_slowpath") == Some(&"kprobe".into())
+                    && hooks.get("_raw_spin_lock_irqsave") == Some(&"kprobe".into())
+                    && hooks.get("_raw_spin_unlock_irqrestore") == Some(&"kprobe".into()),
+                format!(
+                    "{step}: kprobe fallback attached ({})",
+                    Value::Object(hooks)
+                ),
+            );
+        }
         let locks = rec["locks"].as_array().cloned().unwrap_or_default();
         let deep: Vec<&Value> = locks.iter().filter(|l| l["tier"] == "deep").collect();
         let unwatched: Vec<&str> = deep
@@ -740,14 +759,22 @@ fn check_spin(g: &GuestLog, lines: &mut Vec<String>, check: &mut impl FnMut(bool
             "{step}: {name}: waits {waits} (total {} ns, max {} ns), holds {hold:?} (max {} ns)",
             victim["wait_total_ns"], victim["wait_max_ns"], victim["hold"]["wait_max_ns"]
         ));
-        if contended {
-            check(waits > 0, format!("{step}: exact waits on {name} > 0 (got {waits})"));
+        if contended || kprobe {
+            check(
+                waits > 0,
+                format!("{step}: exact waits on {name} > 0 (got {waits})"),
+            );
         }
         check(
             hold.is_some() && hold >= calls && calls.is_some_and(|c| c > 0),
-            format!("{step}: holds of {name} ({hold:?}) >= the workload's pi_lock calls ({calls:?})"),
+            format!(
+                "{step}: holds of {name} ({hold:?}) >= the workload's pi_lock calls ({calls:?})"
+            ),
         );
-        let eps = rec["starvation_episodes"].as_array().cloned().unwrap_or_default();
+        let eps = rec["starvation_episodes"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
         let starved: Vec<&Value> = eps
             .iter()
             .filter(|e| e["kind"] == "starvation" && e["lock"] == name.as_str())
@@ -777,7 +804,7 @@ fn check_spin(g: &GuestLog, lines: &mut Vec<String>, check: &mut impl FnMut(bool
                     starved.len()
                 ),
             );
-        } else {
+        } else if !kprobe {
             check(
                 starved.is_empty(),
                 format!(

@@ -25,7 +25,7 @@ use aya_ebpf::{
     bindings::{BPF_ANY, BPF_NOEXIST, pt_regs},
     helpers::{
         bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_get_smp_processor_id, bpf_get_stack,
-        bpf_ktime_get_ns, bpf_probe_read_kernel,
+        bpf_ktime_get_ns, bpf_probe_read_kernel, bpf_probe_read_kernel_str_bytes,
     },
     macros::{btf_tracepoint, fentry, fexit, kprobe, kretprobe, map},
     maps::{Array, HashMap, LruHashMap, PerCpuArray, PerCpuHashMap, RingBuf},
@@ -53,8 +53,7 @@ static SPIN_PARAMS: Array<SpinParams> = Array::with_max_entries(1, 0);
 static SPIN_HOOKS: Array<u32> = Array::with_max_entries(1, 0);
 
 #[map]
-static SPIN_WATCHED: HashMap<u64, SpinWatch> =
-    HashMap::with_max_entries(SPIN_WATCH_MAX_ENTRIES, 0);
+static SPIN_WATCHED: HashMap<u64, SpinWatch> = HashMap::with_max_entries(SPIN_WATCH_MAX_ENTRIES, 0);
 
 /// Identities of freed tasks' pi_locks, for naming what was recorded before the free.
 #[map]
@@ -119,7 +118,7 @@ fn params() -> SpinParams {
     SPIN_PARAMS.get(0).copied().unwrap_or(SpinParams {
         threshold_ns: SPIN_DEFAULT_THRESHOLD_NS,
         min_foreign: SPIN_DEFAULT_MIN_FOREIGN,
-        hold_threshold_ns: SPIN_DEFAULT_THRESHOLD_NS,
+        hold_threshold_ns: SPIN_DEFAULT_HOLD_THRESHOLD_NS,
     })
 }
 
@@ -194,8 +193,10 @@ fn watch_task(task: u64) {
         tgid: read_u32(cfg.off_task_tgid),
         kind: WATCH_PI_LOCK,
         _pad: 0,
-        comm: unsafe { bpf_probe_read_kernel((task + cfg.off_task_comm as u64) as *const [u8; 16]) }
-            .unwrap_or([0; 16]),
+        comm: unsafe {
+            bpf_probe_read_kernel((task + cfg.off_task_comm as u64) as *const [u8; 16])
+        }
+        .unwrap_or([0; 16]),
     };
     if SPIN_WATCHED
         .insert(task + cfg.off_task_pi_lock as u64, w, BPF_ANY as u64)
@@ -221,6 +222,22 @@ pub fn spin_task_iter(ctx: *mut core::ffi::c_void) -> i32 {
 pub fn spin_task_fork(ctx: BtfTracePointContext) -> i32 {
     let child: u64 = ctx.arg(1);
     watch_task(child);
+    0
+}
+
+/// A watched task renamed itself (`prctl(PR_SET_NAME)`, exec): keep its name current.
+#[btf_tracepoint(function = "task_rename")]
+pub fn spin_task_rename(ctx: BtfTracePointContext) -> i32 {
+    let task: u64 = ctx.arg(0);
+    let comm: u64 = ctx.arg(1);
+    let cfg = SPIN_CONFIG.load();
+    if let Some(w) = SPIN_WATCHED.get_ptr_mut(task + cfg.off_task_pi_lock as u64) {
+        let w = unsafe { &mut *w };
+        let mut buf = [0u8; 16];
+        if unsafe { bpf_probe_read_kernel_str_bytes(comm as *const u8, &mut buf) }.is_ok() {
+            w.comm = buf;
+        }
+    }
     0
 }
 
@@ -398,28 +415,46 @@ fn acquired(ctx: *mut core::ffi::c_void, lock: u64) {
         hold_begin(lock, now, tid, tgid);
     }
     let cfg = SPIN_CONFIG.load();
-    let mut comm: Option<[u8; 16]> = None;
+    let me = SpinAcquirer {
+        tid,
+        tgid,
+        cpu: c,
+        _pad: 0,
+        count: 0,
+        stack: lock,
+        comm: bpf_get_current_comm().unwrap_or_default(),
+    };
+    let nr = cfg.nr_cpus;
     for other in 0..SPIN_MAX_CPUS {
-        if other >= cfg.nr_cpus {
+        if other >= nr {
             break;
         }
-        if other == c {
-            continue;
+        if other != c {
+            foreign_on(ctx, other, &me);
         }
-        let Some(w) = SPIN_WAITING.get_ptr_mut(other) else {
-            break;
-        };
-        let w = unsafe { &mut *w };
-        if w.lock != lock {
-            continue;
-        }
-        spc(SPC_FOREIGN);
-        let name = *comm.get_or_insert_with(|| bpf_get_current_comm().unwrap_or_default());
-        if let Some(i) = wait_foreign(w, tid, tgid, c, &name)
-            && let Some(a) = w.acq.get_mut(i)
-        {
-            a.stack = stack_of(ctx);
-        }
+    }
+}
+
+/// Count the acquisition `me` (whose `stack` field carries the lock) in CPU `other`'s
+/// wait, if it waits for that lock. Kept out of line and with constant indexes for the
+/// older verifiers (6.1).
+#[inline(never)]
+fn foreign_on(ctx: *mut core::ffi::c_void, other: u32, me: &SpinAcquirer) {
+    let Some(w) = SPIN_WAITING.get_ptr_mut(other) else {
+        return;
+    };
+    let w = unsafe { &mut *w };
+    if w.lock == 0 || w.lock != me.stack {
+        return;
+    }
+    spc(SPC_FOREIGN);
+    let comm = me.comm;
+    match wait_foreign(w, me.tid, me.tgid, me.cpu, &comm) {
+        Some(0) => w.acq[0].stack = stack_of(ctx),
+        Some(1) => w.acq[1].stack = stack_of(ctx),
+        Some(2) => w.acq[2].stack = stack_of(ctx),
+        Some(3) => w.acq[3].stack = stack_of(ctx),
+        _ => {}
     }
 }
 

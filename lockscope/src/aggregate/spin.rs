@@ -154,7 +154,11 @@ fn as_raw(snap: &SpinSnapshot) -> RawSnapshot {
 }
 
 /// One `spinlock` entry per watched lock that was waited for or held.
-pub fn deep_entries(snap: &SpinSnapshot, names: &dyn Names, hold_available: bool) -> Vec<LockEntry> {
+pub fn deep_entries(
+    snap: &SpinSnapshot,
+    names: &dyn Names,
+    hold_available: bool,
+) -> Vec<LockEntry> {
     let raw = as_raw(snap);
     let mut lost = BTreeMap::new();
     let mut entries = build_locks(&raw, names, &mut lost);
@@ -377,5 +381,6 @@ mod tests {
         assert_eq!(sum.lost["spin_ringbuf_full"], 2);
         assert_eq!(sum.hold, "exact");
         assert_eq!((sum.threshold_ns, sum.min_foreign), (20_000, 8));
+        assert_eq!(sum.hold_threshold_ns, 1_000_000);
     }
 }

@@ -6,8 +6,7 @@ use crate::probe::{
     btf::{KernelBtf, KernelOffsets, VMLINUX_BTF},
     features,
     loader::{
-        FUTEX_PROGRAMS, FUTEX_RESTART_EXIT, HookKind, probe_rwsem_hooks, probe_spin_hooks,
-        try_load,
+        FUTEX_PROGRAMS, FUTEX_RESTART_EXIT, HookKind, probe_rwsem_hooks, probe_spin_hooks, try_load,
     },
     rwsem::HOOKS,
 };

@@ -36,7 +36,7 @@ pub fn run(args: RecordArgs) -> anyhow::Result<ExitCode> {
     session.set_starvation(lockscope_common::SpinParams {
         threshold_ns: args.starvation_threshold,
         min_foreign: args.starvation_acquisitions,
-        hold_threshold_ns: args.starvation_threshold,
+        hold_threshold_ns: args.long_hold_threshold,
     })?;
 
     let start = Instant::now();

@@ -286,6 +286,7 @@ impl SpinTier {
         for (prog, tp) in [
             ("spin_task_fork", "sched_process_fork"),
             ("spin_task_free", "sched_process_free"),
+            ("spin_task_rename", "task_rename"),
         ] {
             let p: &mut BtfTracePoint = ebpf
                 .program_mut(prog)
@@ -293,15 +294,21 @@ impl SpinTier {
                 .try_into()?;
             p.load(tp, btf)
                 .with_context(|| format!("loading tp_btf/{tp}"))?;
-            let id = p.attach().with_context(|| format!("attaching tp_btf/{tp}"))?;
+            let id = p
+                .attach()
+                .with_context(|| format!("attaching tp_btf/{tp}"))?;
             self.tp_links.push(p.take_link(id)?.into());
         }
         let it: &mut Iter = ebpf
             .program_mut("spin_task_iter")
             .ok_or_else(|| anyhow!("program spin_task_iter missing"))?
             .try_into()?;
-        it.load("task", btf)
-            .map_err(|e| anyhow!("loading the task iterator: {}", super::loader::error_chain(&e)))?;
+        it.load("task", btf).map_err(|e| {
+            anyhow!(
+                "loading the task iterator: {}",
+                super::loader::error_chain(&e)
+            )
+        })?;
         let id = it.attach().context("attaching the task iterator")?;
         let mut file = it.take_link(id)?.into_file()?;
         let mut sink = Vec::new();

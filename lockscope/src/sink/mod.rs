@@ -6,4 +6,5 @@ pub mod html;
 pub mod events;
 pub mod prometheus;
 pub mod report;
+pub mod spin;
 pub mod tui;

@@ -57,7 +57,11 @@ pub fn render(rec: &Recording, opts: &ReportOptions) -> anyhow::Result<String> {
     };
     Ok(match opts.format {
         Format::Csv => csv(rec, &r[..shown], opts.by),
-        _ => table(rec, &r, shown, opts.by) + &super::events::events_table(rec, opts.limit),
+        _ => {
+            table(rec, &r, shown, opts.by)
+                + &super::events::events_table(rec, opts.limit)
+                + &super::spin::spin_table(rec, opts.limit)
+        }
     })
 }
 

@@ -7,13 +7,14 @@ use aya::{
     Ebpf,
     maps::{HashMap as BpfHashMap, MapData, PerCpuArray, PerCpuHashMap},
 };
-use lockscope_common::{
-    ContentionKey, ContentionStats, SPIN_COUNTERS_LEN, SpinWatch, StackFrames,
-};
+use lockscope_common::{ContentionKey, ContentionStats, SPIN_COUNTERS_LEN, SpinWatch, StackFrames};
 
 use crate::{aggregate::spin::SpinSnapshot, decode::merge_cpus, probe::spin::SpinTier};
 
-fn stats(ebpf: &Ebpf, name: &str) -> anyhow::Result<Vec<(ContentionKey, crate::aggregate::WaitStats)>> {
+fn stats(
+    ebpf: &Ebpf,
+    name: &str,
+) -> anyhow::Result<Vec<(ContentionKey, crate::aggregate::WaitStats)>> {
     let map: PerCpuHashMap<&MapData, ContentionKey, ContentionStats> =
         PerCpuHashMap::try_from(ebpf.map(name).with_context(|| format!("{name} map"))?)?;
     let mut out = Vec::new();
@@ -84,8 +85,10 @@ pub fn read_spin(ebpf: &Ebpf, tier: &SpinTier) -> anyhow::Result<SpinSnapshot> {
         BpfHashMap::try_from(ebpf.map("SPIN_STACKS").context("SPIN_STACKS map")?)?;
     for h in hashes.into_iter().filter(|&h| h != 0) {
         if let Ok(frames) = stacks.get(&h, 0) {
-            snap.stacks
-                .insert(h, frames.iter().copied().take_while(|&ip| ip != 0).collect());
+            snap.stacks.insert(
+                h,
+                frames.iter().copied().take_while(|&ip| ip != 0).collect(),
+            );
         }
     }
     Ok(snap)

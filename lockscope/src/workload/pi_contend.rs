@@ -33,12 +33,28 @@ pub struct PiContendArgs {
     /// the runqueue lock inside it). 0: sched_getaffinity only.
     #[arg(long, value_name = "N", default_value_t = 8)]
     pub set_every: u64,
+
+    /// Pin the victim and every caller to one CPU: they never spin against each other
+    /// (with --threads 1, the uncontended baseline: the detector must stay silent).
+    #[arg(long)]
+    pub one_cpu: bool,
+}
+
+fn pin_here(one_cpu: Option<usize>) -> std::io::Result<()> {
+    if let Some(cpu) = one_cpu {
+        super::sys::pin_current_thread(cpu).map_err(std::io::Error::other)?;
+    }
+    Ok(())
 }
 
 fn getaffinity(tid: u32, set: &mut libc::cpu_set_t) -> std::io::Result<()> {
     // SAFETY: `set` is a valid cpu_set_t of the size passed.
     let r = unsafe {
-        libc::sched_getaffinity(tid as libc::pid_t, std::mem::size_of::<libc::cpu_set_t>(), set)
+        libc::sched_getaffinity(
+            tid as libc::pid_t,
+            std::mem::size_of::<libc::cpu_set_t>(),
+            set,
+        )
     };
     if r == 0 {
         Ok(())
@@ -50,7 +66,11 @@ fn getaffinity(tid: u32, set: &mut libc::cpu_set_t) -> std::io::Result<()> {
 fn setaffinity(tid: u32, set: &libc::cpu_set_t) -> std::io::Result<()> {
     // SAFETY: `set` is a valid cpu_set_t of the size passed.
     let r = unsafe {
-        libc::sched_setaffinity(tid as libc::pid_t, std::mem::size_of::<libc::cpu_set_t>(), set)
+        libc::sched_setaffinity(
+            tid as libc::pid_t,
+            std::mem::size_of::<libc::cpu_set_t>(),
+            set,
+        )
     };
     if r == 0 {
         Ok(())
@@ -75,6 +95,15 @@ pub fn run(args: &PiContendArgs) -> anyhow::Result<()> {
         bail!("--seconds must be a positive number, got {}", args.seconds);
     }
     let _signals = StopSignals::install()?;
+    let one_cpu = if args.one_cpu {
+        Some(
+            *super::sys::allowed_cpus()
+                .first()
+                .context("no CPU allowed to this process")?,
+        )
+    } else {
+        None
+    };
     let stop = Arc::new(AtomicBool::new(false));
     let victim_tid = Arc::new(AtomicU32::new(0));
 
@@ -86,6 +115,9 @@ pub fn run(args: &PiContendArgs) -> anyhow::Result<()> {
             .name("pi-victim".into())
             .spawn(move || {
                 set_thread_name("pi-victim");
+                if let Err(e) = pin_here(one_cpu) {
+                    eprintln!("pi-contend: pinning the victim: {e}");
+                }
                 victim_tid.store(gettid(), Ordering::Release);
                 let mut n = 0u64;
                 while !stop.load(Ordering::Relaxed) {
@@ -114,6 +146,7 @@ pub fn run(args: &PiContendArgs) -> anyhow::Result<()> {
                 .name(format!("pi-caller-{i}"))
                 .spawn(move || -> std::io::Result<(u64, u64)> {
                     set_thread_name("pi-caller");
+                    pin_here(one_cpu)?;
                     // SAFETY: cpu_set_t is plain data.
                     let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
                     let (mut gets, mut sets) = (0u64, 0u64);
@@ -149,7 +182,10 @@ pub fn run(args: &PiContendArgs) -> anyhow::Result<()> {
     let _ = victim.join();
     let elapsed = started.elapsed();
     if !errors.is_empty() {
-        bail!("sched_{{get,set}}affinity on the victim failed: {}", errors.join("; "));
+        bail!(
+            "sched_{{get,set}}affinity on the victim failed: {}",
+            errors.join("; ")
+        );
     }
     println!("victim_tid: {tid}");
     println!("threads: {}", args.threads);
