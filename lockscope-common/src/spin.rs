@@ -253,10 +253,22 @@ pub fn wait_foreign(
 ) -> Option<usize> {
     w.foreign += 1;
     let n = w.n_acq as usize;
+    // Only the loop index touches the table: 6.1's verifier rejects an index read
+    // from memory even after a bounds check.
     let mut i = 0;
     while i < SPIN_ACQUIRERS {
-        if i >= n {
-            break;
+        if i == n {
+            w.acq[i] = SpinAcquirer {
+                tid,
+                tgid,
+                cpu,
+                _pad: 0,
+                count: 1,
+                stack: 0,
+                comm: *comm,
+            };
+            w.n_acq = i as u32 + 1;
+            return Some(i);
         }
         let a = &mut w.acq[i];
         if a.tid == tid && a.cpu == cpu {
@@ -265,22 +277,8 @@ pub fn wait_foreign(
         }
         i += 1;
     }
-    if n < SPIN_ACQUIRERS {
-        w.acq[n] = SpinAcquirer {
-            tid,
-            tgid,
-            cpu,
-            _pad: 0,
-            count: 1,
-            stack: 0,
-            comm: *comm,
-        };
-        w.n_acq = n as u32 + 1;
-        Some(n)
-    } else {
-        w.other += 1;
-        None
-    }
+    w.other += 1;
+    None
 }
 
 /// Does a finished wait make a starvation episode?

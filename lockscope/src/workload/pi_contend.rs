@@ -105,11 +105,13 @@ pub fn run(args: &PiContendArgs) -> anyhow::Result<()> {
         None
     };
     let stop = Arc::new(AtomicBool::new(false));
+    // The victim stops only after every caller has: a call on an exited victim fails.
+    let victim_stop = Arc::new(AtomicBool::new(false));
     let victim_tid = Arc::new(AtomicU32::new(0));
 
     // The victim: spins (never sleeps, so no wakeup takes its pi_lock) until stopped.
     let victim = {
-        let stop = stop.clone();
+        let stop = victim_stop.clone();
         let victim_tid = victim_tid.clone();
         std::thread::Builder::new()
             .name("pi-victim".into())
@@ -179,6 +181,7 @@ pub fn run(args: &PiContendArgs) -> anyhow::Result<()> {
             Err(_) => errors.push("a caller thread panicked".into()),
         }
     }
+    victim_stop.store(true, Ordering::Relaxed);
     let _ = victim.join();
     let elapsed = started.elapsed();
     if !errors.is_empty() {
