@@ -221,8 +221,28 @@ impl SpinTier {
         let kprobes = super::features::kprobes_available();
         let force_kprobes = std::env::var_os(FORCE_KPROBES_ENV).is_some();
         let mut tier = SpinTier::default();
+        let release = super::features::kernel_release();
+        let gate = hold_hooks_gate(&release);
         for def in SPIN_HOOK_DEFS {
-            let s = tier.attach_hook(ebpf, btf, &def, &kallsyms, kprobes, force_kprobes);
+            let s = match (&gate, def.role) {
+                (Some(why), Role::Acquire | Role::Release) => SpinHookStatus {
+                    func: def.func,
+                    role: def.role,
+                    tier: None,
+                    detail: why.clone(),
+                },
+                // doctor (no start) only loads the hooks on every spinlock: attaching and
+                // detaching them patches the hottest code in the kernel.
+                _ => tier.attach_hook(
+                    ebpf,
+                    btf,
+                    &def,
+                    &kallsyms,
+                    kprobes,
+                    force_kprobes,
+                    start || def.role == Role::Wait,
+                ),
+            };
             if s.tier.is_some() {
                 tier.mask |= match def.role {
                     Role::Wait => SPIN_HOOK_WAIT,
@@ -260,8 +280,10 @@ impl SpinTier {
             return tier;
         }
         if tier.mask & SPIN_HOOK_ACQUIRE == 0 {
-            tier.hold_unavailable =
-                Some("hold time unavailable: no _raw_spin_lock* exit hooked".into());
+            tier.hold_unavailable = Some(
+                "hold time and starvation detector unavailable: no _raw_spin_lock* exit hooked"
+                    .into(),
+            );
         }
         if !start {
             return tier;
@@ -322,6 +344,7 @@ impl SpinTier {
         Ok(())
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn attach_hook(
         &mut self,
         ebpf: &mut Ebpf,
@@ -330,6 +353,7 @@ impl SpinTier {
         kallsyms: &str,
         kprobes: bool,
         force_kprobes: bool,
+        attach: bool,
     ) -> SpinHookStatus {
         let status = |tier, detail: String| SpinHookStatus {
             func: def.func,
@@ -353,8 +377,14 @@ impl SpinTier {
         let fentry_err = if force_kprobes {
             format!("skipped ({FORCE_KPROBES_ENV} set)")
         } else {
-            match self.attach_set(ebpf, btf, def.func, def.fentry) {
-                Ok(()) => return status(Some("fentry"), "fentry/fexit".into()),
+            match self.attach_set(ebpf, btf, def.func, def.fentry, attach) {
+                Ok(()) if attach => return status(Some("fentry"), "fentry/fexit".into()),
+                Ok(()) => {
+                    return status(
+                        Some("fentry"),
+                        "fentry/fexit (verified; attached only while recording)".into(),
+                    );
+                }
                 Err(e) => e.to_string(),
             }
         };
@@ -364,10 +394,17 @@ impl SpinTier {
                 format!("fentry refused ({fentry_err}); no kprobes (CONFIG_KPROBES off)"),
             );
         }
-        match self.attach_set(ebpf, btf, def.func, def.kprobe) {
+        match self.attach_set(ebpf, btf, def.func, def.kprobe, attach) {
             Ok(()) => status(
                 Some("kprobe"),
-                format!("kprobe/kretprobe (fentry: {fentry_err})"),
+                format!(
+                    "kprobe/kretprobe{} (fentry: {fentry_err})",
+                    if attach {
+                        ""
+                    } else {
+                        " (verified; attached only while recording)"
+                    }
+                ),
             ),
             Err(e) => status(
                 None,
@@ -383,6 +420,7 @@ impl SpinTier {
         btf: &Btf,
         func: &str,
         progs: &[(&'static str, ProgKind)],
+        attach: bool,
     ) -> anyhow::Result<()> {
         let mut new_kprobe_links = Vec::new();
         let mut new_loaded = Vec::new();
@@ -399,13 +437,17 @@ impl SpinTier {
                         let p: &mut FEntry = prog.try_into()?;
                         p.load(func, btf).map_err(|e| anyhow!(short(&e)))?;
                         new_loaded.push((name, kind));
-                        p.attach().map_err(|e| anyhow!(short(&e)))?;
+                        if attach {
+                            p.attach().map_err(|e| anyhow!(short(&e)))?;
+                        }
                     }
                     ProgKind::FExit => {
                         let p: &mut FExit = prog.try_into()?;
                         p.load(func, btf).map_err(|e| anyhow!(short(&e)))?;
                         new_loaded.push((name, kind));
-                        p.attach().map_err(|e| anyhow!(short(&e)))?;
+                        if attach {
+                            p.attach().map_err(|e| anyhow!(short(&e)))?;
+                        }
                     }
                     ProgKind::KProbe | ProgKind::KRetProbe => {
                         let p: &mut KProbe = prog.try_into()?;
@@ -413,8 +455,10 @@ impl SpinTier {
                             p.load().map_err(|e| anyhow!(short(&e)))?;
                             new_loaded.push((name, kind));
                         }
-                        let id = p.attach(func, 0).map_err(|e| anyhow!(short(&e)))?;
-                        new_kprobe_links.push((name, id));
+                        if attach {
+                            let id = p.attach(func, 0).map_err(|e| anyhow!(short(&e)))?;
+                            new_kprobe_links.push((name, id));
+                        }
                     }
                 }
                 Ok(())
@@ -490,6 +534,22 @@ impl SpinTier {
     }
 }
 
+/// Kernels on which the `_raw_spin_(un)lock*` hooks are not attached, and why. Debian's
+/// 6.1 hung (in a QEMU guest) while `doctor` attached and detached fexit programs on
+/// `_raw_spin_lock*`; 6.12 and 6.12-rt run them. Older than 6.12: not attached.
+pub fn hold_hooks_gate(release: &str) -> Option<String> {
+    let mut it = release
+        .split(|c: char| !c.is_ascii_digit())
+        .filter_map(|p| p.parse::<u32>().ok());
+    let (major, minor) = (it.next()?, it.next()?);
+    ((major, minor) < (6, 12)).then(|| {
+        format!(
+            "not attached on Linux {major}.{minor}: hooking _raw_spin_lock* hung 6.1 in testing \
+             (needs 6.12 or later)"
+        )
+    })
+}
+
 /// Write the detector thresholds (takes effect for waits that end from now on).
 pub fn write_params(ebpf: &mut Ebpf, p: &SpinParams) -> anyhow::Result<()> {
     let mut params: Array<_, SpinParams> = Array::try_from(
@@ -509,4 +569,18 @@ fn unload(ebpf: &mut Ebpf, name: &str, kind: ProgKind) {
         ProgKind::FExit => <&mut FExit>::try_from(prog).map(|p| p.unload()),
         ProgKind::KProbe | ProgKind::KRetProbe => <&mut KProbe>::try_from(prog).map(|p| p.unload()),
     };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hold_hooks_need_6_12() {
+        assert!(hold_hooks_gate("6.1.0-57-amd64").unwrap().contains("6.1"));
+        assert!(hold_hooks_gate("5.15.0").is_some());
+        assert_eq!(hold_hooks_gate("6.12.117+deb12-rt-amd64"), None);
+        assert_eq!(hold_hooks_gate("6.18.0"), None);
+        assert_eq!(hold_hooks_gate("7.0"), None);
+    }
 }
