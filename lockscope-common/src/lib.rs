@@ -12,6 +12,7 @@ pub mod hist;
 pub mod pthread;
 pub mod rt;
 pub mod rwsem;
+pub mod spin;
 
 pub use contention::*;
 pub use futex::*;
@@ -19,6 +20,7 @@ pub use hist::*;
 pub use pthread::*;
 pub use rt::*;
 pub use rwsem::*;
+pub use spin::*;
 
 /// Compile-time size check for a wire record.
 #[macro_export]

@@ -130,22 +130,20 @@ pub struct RecordArgs {
     /// too (source: cyclictest).
     #[arg(long, value_name = "DURATION", value_parser = parse_ns)]
     pub latency_threshold: Option<u64>,
-    /// With --latency-threshold: a spinning wait on a task's pi_lock at least this long
-    /// (e.g. 20us) while other CPUs acquire the lock --starvation-acquisitions times is
-    /// a probable starvation episode.
-    #[arg(
-        long,
-        value_name = "DURATION",
-        value_parser = parse_ns,
-        default_value = "20us",
-        requires = "latency_threshold"
-    )]
+    /// Starvation episodes: one spinning wait on a task's pi_lock at least this long
+    /// (ns, us, ms, s) during which other CPUs took the lock --starvation-acquisitions
+    /// times or more. The deep spinlock tier sees this exactly; the tracepoint tier
+    /// (with --latency-threshold) reports probable episodes from proxy signals.
+    #[arg(long, value_name = "DURATION", default_value = "20us", value_parser = parse_ns)]
     pub starvation_threshold: u64,
-    /// With --latency-threshold: foreign acquisitions of the lock during the wait that
-    /// make a probable starvation episode.
-    #[arg(long, value_name = "N", default_value_t = 8, requires = "latency_threshold",
+    /// Starvation episodes: acquisitions by other CPUs during one wait.
+    #[arg(long, value_name = "N", default_value_t = 8,
           value_parser = clap::value_parser!(u64).range(1..))]
     pub starvation_acquisitions: u64,
+    /// Deep spinlock tier: one hold of a watched lock at least this long is a long-hold
+    /// episode (ns, us, ms, s).
+    #[arg(long, value_name = "DURATION", default_value = "1ms", value_parser = parse_ns)]
+    pub long_hold_threshold: u64,
     #[command(flatten)]
     pub view: ViewArgs,
     /// The command to run and trace; its exit code becomes lockscope's.

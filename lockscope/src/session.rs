@@ -20,7 +20,7 @@ use crate::{
             EventCounts, SCHEMA, StackTexts, build_locks_cached, lock_identity, lost_counts,
         },
         rt::{LatencySpike, StarvationEpisode},
-        rwsem,
+        rwsem, spin,
     },
     probe::{
         LoadOptions, Probes, features,
@@ -155,8 +155,16 @@ impl Session {
         apply_wait_task(&wait_task, &comms, &name, &mut locks);
         let rt_counters = read_rt_counters(self.probes.ebpf())?;
         lost.extend(rt_lost(&rt_counters));
-        let (starvation_episodes, latency_spikes, rt_summary) =
-            self.rt_view(&raw, &comms, &rt_counters, &mut lost)?;
+        let (spin_summary, deep_episodes) = self.spin_snapshot(&mut locks, &mut lost)?;
+        let (rt_episodes, latency_spikes, rt_summary) = self.rt_view(
+            &raw,
+            &comms,
+            &rt_counters,
+            deep_episodes.clone().unwrap_or_default(),
+            &mut lost,
+        )?;
+        // With the real-time probes the episodes of both tiers come back together.
+        let starvation_episodes = rt_episodes.or(deep_episodes);
         let deep = &self.probes.rwsem;
         let kinds = rwsem::event_kinds(deep.mask, deep.rt, self.probes.has_mmap_lock_estimate());
         rwsem::apply_rwsem_events(&raw, &self.names, &kinds, &mut locks);
@@ -192,6 +200,7 @@ impl Session {
             starvation_episodes,
             latency_spikes,
             rt_summary,
+            spin: Some(spin_summary),
         })
     }
 
@@ -202,6 +211,7 @@ impl Session {
         raw: &crate::aggregate::RawSnapshot,
         comms: &HashMap<u32, String>,
         counters: &[u64; lockscope_common::RT_COUNTERS_LEN as usize],
+        deep_episodes: Vec<StarvationEpisode>,
         lost: &mut std::collections::BTreeMap<String, u64>,
     ) -> anyhow::Result<(
         Option<Vec<StarvationEpisode>>,
@@ -247,13 +257,48 @@ impl Session {
             ),
             None => Vec::new(),
         };
-        let (spikes, episodes, summary) = build_rt_view(&input, Vec::new(), &extra);
+        let (spikes, episodes, summary) = build_rt_view(&input, deep_episodes, &extra);
         Ok((Some(episodes), Some(spikes), Some(summary)))
+    }
+
+    /// The deep spinlock tier: its entries merged into `locks`, its summary, and the
+    /// starvation episodes (`None` when the tier did not run).
+    fn spin_snapshot(
+        &self,
+        locks: &mut Vec<crate::aggregate::LockEntry>,
+        lost: &mut std::collections::BTreeMap<String, u64>,
+    ) -> anyhow::Result<(
+        spin::SpinSummary,
+        Option<Vec<crate::aggregate::rt::StarvationEpisode>>,
+    )> {
+        let tier = &self.probes.spin;
+        if !tier.active() {
+            let why = tier.unavailable.as_deref().unwrap_or("not attached");
+            return Ok((spin::unavailable_summary(why, tier.hook_tiers()), None));
+        }
+        let snap = crate::source::spin::read_spin(self.probes.ebpf(), tier)?;
+        let hold_ok = tier.hold_unavailable.is_none();
+        spin::merge_entries(locks, spin::deep_entries(&snap, &self.names, hold_ok));
+        let episodes = spin::episodes(&snap, &self.names, lost);
+        let summary = spin::summary(
+            &snap,
+            tier.hook_tiers(),
+            tier.hold_unavailable.as_deref(),
+            &tier.params,
+        );
+        Ok((summary, Some(episodes)))
+    }
+
+    /// Set the starvation detector's thresholds (deep spinlock tier; no-op without it).
+    pub fn set_starvation(&mut self, p: lockscope_common::SpinParams) -> anyhow::Result<()> {
+        self.probes.set_spin_params(p)
     }
 
     /// Cumulative count and wait time per (lock, type): cheap enough to read every interval
     /// (no symbolization).
     pub fn lock_totals(&self) -> anyhow::Result<Vec<LockTotals>> {
+        // Episodes wait in a ring buffer: empty it every interval.
+        self.probes.spin.drain();
         read_lock_totals(self.probes.ebpf())
     }
 

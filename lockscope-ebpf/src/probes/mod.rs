@@ -7,3 +7,4 @@ pub mod pthread;
 pub mod rt;
 pub mod rwsem;
 pub mod sched;
+pub mod spin;

@@ -367,6 +367,7 @@ fn entry(
         }),
         events: None,
         wait_task: None,
+        spin: None,
     }
 }
 

@@ -121,6 +121,7 @@ pub fn apply_wait_task(
                     user: None,
                     events: None,
                     wait_task: Some(proxy),
+                    spin: None,
                 });
             }
         }

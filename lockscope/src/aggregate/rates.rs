@@ -586,6 +586,7 @@ mod tests {
             user: None,
             events: None,
             wait_task: None,
+            spin: None,
             name: format!("lock {addr}"),
             owner: Some(Owner {
                 field: "mmap_lock".into(),
@@ -633,6 +634,7 @@ mod tests {
             starvation_episodes: None,
             latency_spikes: None,
             rt_summary: None,
+            spin: None,
         }
     }
 
@@ -823,6 +825,7 @@ mod tests {
             }),
             events: None,
             wait_task: None,
+            spin: None,
         }
     }
 

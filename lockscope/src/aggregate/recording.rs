@@ -94,6 +94,9 @@ pub struct Recording {
     /// What the real-time probes timed and sent (with `--latency-threshold`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rt_summary: Option<super::pi_lock::RtSummary>,
+    /// How the deep spinlock tier (pi_lock waits, holds, starvation detector) ran.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spin: Option<super::spin::SpinSummary>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -130,6 +133,9 @@ pub struct LockEntry {
     /// proxy; contention waits alone undercount).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wait_task: Option<super::pi_lock::WaitTaskProxy>,
+    /// Deep spinlock tier entries (watched locks): `tier` and `hold`.
+    #[serde(flatten, default, skip_serializing_if = "Option::is_none")]
+    pub spin: Option<super::spin::SpinDetail>,
 }
 
 /// The process whose structure holds the lock (for `mmap_lock`, `siglock`, `pi_lock`).
@@ -311,6 +317,7 @@ pub fn build_locks_cached(
                 user: None,
                 events: None,
                 wait_task: None,
+                spin: None,
             }
         })
         .collect();
@@ -562,6 +569,7 @@ pub(crate) mod tests {
             starvation_episodes: None,
             latency_spikes: None,
             rt_summary: None,
+            spin: None,
         }
     }
 

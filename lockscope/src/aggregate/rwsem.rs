@@ -195,6 +195,7 @@ pub fn apply_rwsem_events(
                 .collect(),
             events: Some(values(&totals, kinds, side)),
             wait_task: None,
+            spin: None,
         });
     }
 }

@@ -7,7 +7,7 @@ use crate::probe::{
     features,
     loader::{
         FUTEX_PROGRAMS, FUTEX_RESTART_EXIT, HookKind, probe_pthread_uprobes, probe_rwsem_hooks,
-        try_load,
+        probe_spin_hooks, try_load,
     },
     rwsem::HOOKS,
 };
@@ -216,6 +216,7 @@ pub fn run() -> anyhow::Result<ExitCode> {
     }
     futex_rows(tracefs.as_ref().ok().map(|p| p.as_path()), can_load);
     rwsem_section(can_load);
+    spin_section(can_load);
 
     if usable == 2 {
         println!("\nready: lock contention can be traced (tracepoint tier)");
@@ -260,5 +261,52 @@ fn rwsem_section(can_load: bool) {
             println!("{summary}");
         }
         Err(e) => println!("{:<26} {:<11} {:<10} {e}", "(all)", "-", "missing"),
+    }
+}
+
+/// The deep spinlock tier (pi_lock waits, holds, starvation detector): each hook tried.
+fn spin_section(can_load: bool) {
+    use crate::probe::spin::Role;
+    println!();
+    println!(
+        "{:<34} {:<11} {:<10} detail",
+        "deep spinlock hook (pi_lock)", "tier", "status"
+    );
+    let tier = if can_load {
+        probe_spin_hooks().map_err(|e| format!("{e:#}"))
+    } else {
+        Err("not tried: needs BTF and privileges".to_owned())
+    };
+    let t = match tier {
+        Ok(t) => t,
+        Err(e) => {
+            println!("{:<34} {:<11} {:<10} {e}", "(all)", "-", "missing");
+            println!("deep spinlock tier: unavailable ({e})");
+            return;
+        }
+    };
+    for h in &t.hooks {
+        let role = match h.role {
+            Role::Wait => "exact waits",
+            Role::Acquire => "acquisitions, hold start",
+            Role::Release => "hold end",
+        };
+        let (word, tier_name) = match h.tier {
+            Some(tier) => ("active", tier),
+            None => ("missing", "-"),
+        };
+        println!(
+            "{:<34} {tier_name:<11} {word:<10} {role}: {}",
+            h.func, h.detail
+        );
+    }
+    match (&t.unavailable, &t.hold_unavailable) {
+        (Some(why), _) => println!("deep spinlock tier: unavailable ({why})"),
+        (None, Some(hold)) => println!(
+            "deep spinlock tier: available (exact pi_lock waits, starvation detector); {hold}"
+        ),
+        (None, None) => println!(
+            "deep spinlock tier: available (exact pi_lock waits, hold times, starvation detector)"
+        ),
     }
 }

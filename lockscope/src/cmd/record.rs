@@ -52,6 +52,11 @@ pub fn run(args: RecordArgs) -> anyhow::Result<ExitCode> {
     for note in &session.probes().pthread.notes {
         eprintln!("lockscope: note: {note}");
     }
+    session.set_starvation(lockscope_common::SpinParams {
+        threshold_ns: args.starvation_threshold,
+        min_foreign: args.starvation_acquisitions,
+        hold_threshold_ns: args.long_hold_threshold,
+    })?;
     let capture = CommandOutput::default();
 
     let start = Instant::now();

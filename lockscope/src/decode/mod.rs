@@ -2,6 +2,7 @@
 
 pub mod futex;
 pub mod procmaps;
+pub mod spin;
 
 use std::fmt;
 

@@ -20,6 +20,7 @@ use super::{
     pthread::{PthreadProbes, pthread_config},
     rt::{self as rt_probes, RtOptions},
     rwsem::{self, DeepTier},
+    spin::{self, SpinTier},
 };
 use crate::decode::{LockType, flags_mask};
 
@@ -64,6 +65,8 @@ pub struct Probes {
     pub pthread: PthreadProbes,
     /// The real-time probes time wakeups and send lock activity (`--latency-threshold`).
     pub rt: Option<RtOptions>,
+    /// The deep spinlock tier (pi_lock waits, holds, starvation episodes).
+    pub spin: SpinTier,
 }
 
 /// Futex syscall probes: (program, tracepoint in category `syscalls`). The exit program
@@ -151,11 +154,17 @@ impl Probes {
 
         let rwsem_config = rwsem::rwsem_config(&kbtf);
         let rt_config = rt_probes::rt_config(&kbtf, rt.as_ref())?;
+        let spin_config = spin::spin_config(&kbtf);
         let btf = Btf::from_sys_fs().context("reading kernel BTF")?;
         let cpus = aya::util::nr_cpus().map(|n| n as u32).unwrap_or(1);
         let mut ebpf = EbpfLoader::new()
             .btf(Some(&btf))
             .override_global("CONFIG", &config, true)
+            .override_global(
+                "SPIN_CONFIG",
+                spin_config.as_ref().unwrap_or(&Default::default()),
+                true,
+            )
             .map_max_entries("FUTEX_STATS", futex_stats_entries(cpus))
             .override_global("PTHREAD_CONFIG", &pthread_config(), true)
             .map_max_entries("PTHREAD_SITES", pthread_sites_entries(cpus))
@@ -185,6 +194,7 @@ impl Probes {
             rwsem: DeepTier::default(),
             mmap_estimate: false,
             rt,
+            spin: SpinTier::default(),
         };
         // The task set first: contention on a task's pi_lock is named from it.
         for (prog, tp) in rt_probes::ALWAYS_PROGRAMS {
@@ -220,6 +230,10 @@ impl Probes {
             probes.attach_tp_btf(prog, "mmap_lock_acquire_returned", &btf)?;
             probes.mmap_estimate = true;
         }
+        probes.spin = match &spin_config {
+            Ok(_) => SpinTier::attach(&mut probes.ebpf, &btf, true),
+            Err(e) => SpinTier::off(format!("{e:#}")),
+        };
         if probes.rwsem.tier() != "tracepoint" {
             probes.tier = "deep";
         }
@@ -308,6 +322,7 @@ impl Probes {
             let _ = link.detach();
         }
         self.rwsem.detach(&mut self.ebpf);
+        self.spin.detach(&mut self.ebpf);
         self.pthread.detach();
     }
 
@@ -317,6 +332,15 @@ impl Probes {
         if self.futex {
             self.pthread.attach_pid(&mut self.ebpf, pid, false);
         }
+    }
+
+    /// Set the starvation detector's thresholds (deep spinlock tier).
+    pub fn set_spin_params(&mut self, p: lockscope_common::SpinParams) -> anyhow::Result<()> {
+        if self.spin.active() {
+            spin::write_params(&mut self.ebpf, &p)?;
+            self.spin.params = p;
+        }
+        Ok(())
     }
 
     pub fn ebpf(&self) -> &Ebpf {
@@ -357,6 +381,19 @@ pub fn probe_pthread_uprobes() -> anyhow::Result<PthreadProbes> {
     let mut p = PthreadProbes::for_target(&mut ebpf, &Target::System);
     p.detach();
     Ok(p)
+}
+
+/// Try the deep spinlock hooks for real (load and attach each, then detach), for
+/// `doctor`. Nothing is recorded.
+pub fn probe_spin_hooks() -> anyhow::Result<SpinTier> {
+    let btf = Btf::from_sys_fs().context("reading kernel BTF")?;
+    let mut ebpf = EbpfLoader::new()
+        .btf(Some(&btf))
+        .load(PROBES_OBJ)
+        .context("loading the eBPF probes into the kernel")?;
+    let mut tier = SpinTier::attach(&mut ebpf, &btf, false);
+    tier.detach(&mut ebpf);
+    Ok(tier)
 }
 
 /// How a probe hooks into the kernel.

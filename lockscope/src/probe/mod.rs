@@ -6,5 +6,6 @@ pub mod loader;
 pub mod pthread;
 pub mod rt;
 pub mod rwsem;
+pub mod spin;
 
 pub use loader::{LoadOptions, Probes, Target};

@@ -7,4 +7,5 @@ pub mod events;
 pub mod prometheus;
 pub mod report;
 pub mod rt;
+pub mod spin;
 pub mod tui;

@@ -61,6 +61,7 @@ pub fn render(rec: &Recording, opts: &ReportOptions) -> anyhow::Result<String> {
             table(rec, &r, shown, opts.by)
                 + &super::events::events_table(rec, opts.limit)
                 + &super::rt::rt_sections(rec, opts.limit)
+                + &super::spin::spin_table(rec, opts.limit)
         }
     })
 }

@@ -6,6 +6,7 @@ pub mod remote;
 pub mod batch;
 pub mod futex;
 pub mod rt;
+pub mod spin;
 
 use anyhow::Context as _;
 use aya::{

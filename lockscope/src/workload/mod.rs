@@ -17,6 +17,7 @@ mod futex_mutex;
 mod futex_rwlock;
 mod futex_sys;
 mod handoff;
+mod pi_contend;
 mod pthread_mutex;
 mod ptrace_storm;
 mod sys;
@@ -26,6 +27,7 @@ pub use fault::MmapFaultArgs;
 pub use futex_mutex::FutexMutexArgs;
 pub use futex_rwlock::FutexRwlockArgs;
 pub use handoff::MmapHandoffArgs;
+pub use pi_contend::PiContendArgs;
 pub use pthread_mutex::PthreadMutexArgs;
 pub use ptrace_storm::PtraceStormArgs;
 
@@ -149,6 +151,19 @@ pub enum Workload {
     /// stops, peeks, detaches and failed calls.
     #[command(verbatim_doc_comment)]
     PtraceStorm(PtraceStormArgs),
+
+    /// Threads re-taking one victim thread's `pi_lock`: the starvation detector's load.
+    ///
+    /// A victim thread spins; N caller threads loop on sched_getaffinity(victim)
+    /// (and every --set-every calls sched_setaffinity(victim) with its own mask), each
+    /// of which takes the victim's `pi_lock` at least once. While one CPU waits for
+    /// that lock, the others keep re-acquiring it: the foreign re-acquisitions of
+    /// cache-line starvation. Prints the victim's thread id and the calls made, so
+    /// `lockscope record -- lockscope workload pi-contend` can be checked against
+    /// them: the deep tier's hold count on `pi_lock of pi-victim[TID]` is at least
+    /// `pi_lock_calls`. --threads 1 is the uncontended baseline.
+    #[command(verbatim_doc_comment)]
+    PiContend(PiContendArgs),
 }
 
 /// Runs the selected workload to completion, printing its summary on stdout.
@@ -161,5 +176,6 @@ pub fn run(w: &Workload) -> anyhow::Result<()> {
         Workload::PthreadMutex(args) => pthread_mutex::run(args),
         Workload::MmapHandoff(args) => handoff::run(args),
         Workload::PtraceStorm(args) => ptrace_storm::run(args),
+        Workload::PiContend(args) => pi_contend::run(args),
     }
 }

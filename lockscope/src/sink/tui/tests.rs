@@ -40,6 +40,7 @@ fn lock(addr: &str, t: LockType, name: &str, tasks: &[(u32, &str, WaitStats)]) -
         user: None,
         events: None,
         wait_task: None,
+        spin: None,
         name: name.into(),
         owner: name.starts_with("mmap_lock").then(|| Owner {
             field: "mmap_lock".into(),
@@ -86,6 +87,7 @@ fn recording(duration_s: f64, lost: u64, locks: Vec<LockEntry>) -> Recording {
         starvation_episodes: None,
         latency_spikes: None,
         rt_summary: None,
+        spin: None,
     }
 }
 
@@ -573,6 +575,7 @@ fn futex_word(
         }),
         events: None,
         wait_task: None,
+        spin: None,
     }
 }
 
