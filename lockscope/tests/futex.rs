@@ -8,22 +8,6 @@ use std::collections::BTreeMap;
 use common::*;
 use serde_json::Value;
 
-/// The workload's `key: value` summary lines, from record's stdout (passed through).
-fn summary(stdout: &str) -> BTreeMap<String, String> {
-    stdout
-        .lines()
-        .filter_map(|l| l.split_once(": "))
-        .map(|(k, v)| (k.trim().to_owned(), v.trim().to_owned()))
-        .collect()
-}
-
-fn num(s: &BTreeMap<String, String>, key: &str) -> u64 {
-    s.get(key)
-        .unwrap_or_else(|| panic!("`{key}:` missing from the workload's output: {s:?}"))
-        .parse()
-        .unwrap_or_else(|_| panic!("`{key}` is not a number: {s:?}"))
-}
-
 /// Record a workload; returns its summary and the recording's entry for its lock.
 fn record_workload(name: &str, args: &[&str]) -> (BTreeMap<String, String>, Value, Value) {
     let dir = scratch(name);

@@ -13,21 +13,6 @@ use std::{
 use common::*;
 use serde_json::Value;
 
-fn summary(stdout: &str) -> BTreeMap<String, String> {
-    stdout
-        .lines()
-        .filter_map(|l| l.split_once(": "))
-        .map(|(k, v)| (k.trim().to_owned(), v.trim().to_owned()))
-        .collect()
-}
-
-fn num(s: &BTreeMap<String, String>, key: &str) -> u64 {
-    s.get(key)
-        .unwrap_or_else(|| panic!("`{key}:` missing: {s:?}"))
-        .parse()
-        .unwrap_or_else(|_| panic!("`{key}` is not a number: {s:?}"))
-}
-
 fn locks(rec: &Value) -> &Vec<Value> {
     rec["locks"].as_array().unwrap()
 }

@@ -297,12 +297,20 @@ fn latency_threshold_needs_a_unit() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("needs a unit"), "{err}");
-    // The starvation knobs only mean something with the latency probes.
+    // The starvation knobs stand alone (the deep tier uses them without the latency
+    // probes) but are checked: a threshold needs a unit, and at least one acquisition.
     let out = lockscope()
-        .args(["record", "--starvation-threshold", "30us", "-d", "1"])
+        .args(["record", "--starvation-threshold", "30", "-d", "1"])
         .output()
         .unwrap();
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("--latency-threshold"), "{err}");
+    assert!(err.contains("needs a unit"), "{err}");
+    let out = lockscope()
+        .args(["record", "--starvation-acquisitions", "0", "-d", "1"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--starvation-acquisitions"), "{err}");
 }

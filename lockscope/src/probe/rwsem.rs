@@ -389,7 +389,8 @@ fn attach_one(
     Ok(())
 }
 
-fn unload(ebpf: &mut Ebpf, name: &str, kind: ProgKind) {
+/// Unload a hook's program (whatever kind it was loaded as); absent programs are skipped.
+pub(super) fn unload(ebpf: &mut Ebpf, name: &str, kind: ProgKind) {
     let Some(prog) = ebpf.program_mut(name) else {
         return;
     };

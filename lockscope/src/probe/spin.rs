@@ -16,7 +16,7 @@ use lockscope_common::*;
 
 use super::{
     btf::KernelBtf,
-    rwsem::{ProgKind, Symbol, find_symbol},
+    rwsem::{ProgKind, Symbol, find_symbol, unload},
 };
 
 /// What a hooked function gives.
@@ -572,17 +572,6 @@ pub fn write_params(ebpf: &mut Ebpf, p: &SpinParams) -> anyhow::Result<()> {
     )?;
     params.set(0, *p, 0)?;
     Ok(())
-}
-
-fn unload(ebpf: &mut Ebpf, name: &str, kind: ProgKind) {
-    let Some(prog) = ebpf.program_mut(name) else {
-        return;
-    };
-    let _ = match kind {
-        ProgKind::FEntry => <&mut FEntry>::try_from(prog).map(|p| p.unload()),
-        ProgKind::FExit => <&mut FExit>::try_from(prog).map(|p| p.unload()),
-        ProgKind::KProbe | ProgKind::KRetProbe => <&mut KProbe>::try_from(prog).map(|p| p.unload()),
-    };
 }
 
 #[cfg(test)]

@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 use std::{
+    collections::BTreeMap,
     path::{Path, PathBuf},
     process::{Command, Output},
 };
@@ -141,4 +142,21 @@ impl ProgramWatch {
         }
         panic!("lockscope programs left loaded: {:?}", loaded_programs());
     }
+}
+
+/// The workload's `key: value` summary lines, from its stdout (or record's, passed through).
+pub fn summary(stdout: &str) -> BTreeMap<String, String> {
+    stdout
+        .lines()
+        .filter_map(|l| l.split_once(": "))
+        .map(|(k, v)| (k.trim().to_owned(), v.trim().to_owned()))
+        .collect()
+}
+
+/// One number from a workload summary; panics naming the key when absent or not a number.
+pub fn num(s: &BTreeMap<String, String>, key: &str) -> u64 {
+    s.get(key)
+        .unwrap_or_else(|| panic!("`{key}:` missing from the workload's output: {s:?}"))
+        .parse()
+        .unwrap_or_else(|_| panic!("`{key}` is not a number: {s:?}"))
 }
