@@ -984,7 +984,25 @@ mod tests {
             recording(r#"{"rlock_handoff": 0}"#, r#"{"wlock_handoff": 2}"#, "{}"),
         );
         let report = check_guest(&KERNELS[0], &g);
-        assert_eq!(report.failed(), 0, "{:#?}", report.lines);
+        // This guest ran the rwsem steps only: every rwsem check passes, and exactly the
+        // deep spinlock tier's checks fail (no doctor row, no pi-contend recordings).
+        let fails: Vec<&String> = report
+            .lines
+            .iter()
+            .filter(|l| l.starts_with("FAIL"))
+            .collect();
+        assert_eq!(
+            fails,
+            [
+                "FAIL doctor: deep spinlock tier available",
+                "FAIL guest dumped no pi.json",
+                "FAIL guest dumped no pi-calm.json",
+                "FAIL guest dumped no pi-kprobe.json",
+            ],
+            "{:#?}",
+            report.lines
+        );
+        assert_eq!(report.failed(), fails.len());
 
         // A zero where a count is required, or a broken identity, fails.
         g.files.insert(
@@ -995,6 +1013,7 @@ mod tests {
                 r#"{"rwsem_opt_fail": 7, "rwsem_wlock": 4, "rwsem_wlock_fail": 2}"#,
             ),
         );
-        assert_eq!(check_guest(&KERNELS[0], &g).failed(), 2);
+        // Two more failures than the spinlock tier's four.
+        assert_eq!(check_guest(&KERNELS[0], &g).failed(), fails.len() + 2);
     }
 }
