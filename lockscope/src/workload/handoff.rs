@@ -10,7 +10,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{Context, bail};
 
@@ -116,24 +116,7 @@ pub fn run(args: &MmapHandoffArgs) -> anyhow::Result<()> {
                 .context("spawning mmap-handoff thread")?,
         );
     }
-    let t0 = Instant::now();
-    while t0.elapsed() < duration && !sys::stop_requested() {
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    stop.store(true, Ordering::Relaxed);
-    let elapsed = t0.elapsed();
-    let mut first_err = None;
-    for h in handles {
-        match h.join() {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => {
-                first_err.get_or_insert(e);
-            }
-            Err(_) => {
-                first_err.get_or_insert(anyhow::anyhow!("mmap-handoff thread panicked"));
-            }
-        }
-    }
+    let (elapsed, first_err) = sys::run_then_join(duration, &stop, handles, "mmap-handoff thread");
     drop(signals);
     drop(anchor);
     if let Some(e) = first_err {

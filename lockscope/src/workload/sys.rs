@@ -258,6 +258,36 @@ pub fn stop_requested() -> bool {
     STOP_REQUESTED.load(Ordering::Relaxed)
 }
 
+/// Let worker threads run for `duration` (or until SIGINT/SIGTERM), then raise `stop`
+/// and join them all. Returns the time they ran and the first error any of them
+/// returned (or that one panicked; `what` names the threads in that message).
+pub fn run_then_join(
+    duration: std::time::Duration,
+    stop: &std::sync::atomic::AtomicBool,
+    handles: Vec<std::thread::JoinHandle<anyhow::Result<()>>>,
+    what: &str,
+) -> (std::time::Duration, Option<anyhow::Error>) {
+    let t0 = std::time::Instant::now();
+    while t0.elapsed() < duration && !stop_requested() {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let elapsed = t0.elapsed();
+    let mut first_err = None;
+    for h in handles {
+        match h.join() {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                first_err.get_or_insert(e);
+            }
+            Err(_) => {
+                first_err.get_or_insert(anyhow::anyhow!("{what} panicked"));
+            }
+        }
+    }
+    (elapsed, first_err)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
