@@ -24,6 +24,11 @@
 //! min_seconds = 1e-6
 //! max_seconds = 10.0
 //! factor = 4                  # 2, 4, 8 or 16: ratio of consecutive bounds
+//!
+//! [snapshot]                  # detail kept per refresh (memory stays flat)
+//! locks = 256                 # locks (by total wait) that keep callers and tasks
+//! callers_per_lock = 16       # call stacks kept per such lock (by total wait)
+//! tasks_per_lock = 16         # processes kept per such lock
 //! ```
 
 use std::{
@@ -36,7 +41,7 @@ use anyhow::{Context as _, bail};
 use lockscope_common::HIST_BUCKETS;
 use serde::Deserialize;
 
-use crate::{decode::LockType, probe::Target};
+use crate::{aggregate::recording::Detail, decode::LockType, probe::Target};
 
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:9464";
 pub const DEFAULT_INTERVAL: &str = "1s";
@@ -53,7 +58,32 @@ pub struct ConfigFile {
     pub probes: ProbeGroups,
     pub target: TargetConfig,
     pub metrics: MetricsConfig,
+    pub snapshot: SnapshotConfig,
 }
+
+/// Per-lock detail kept in each refresh's recording (`/api/snapshot`, `top`): every lock
+/// keeps its exact totals (and metrics); callers and tasks only for the first locks.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SnapshotConfig {
+    pub locks: usize,
+    pub callers_per_lock: usize,
+    pub tasks_per_lock: usize,
+}
+
+impl Default for SnapshotConfig {
+    fn default() -> Self {
+        let d = Detail::DAEMON;
+        Self {
+            locks: d.locks,
+            callers_per_lock: d.callers_per_lock,
+            tasks_per_lock: d.tasks_per_lock,
+        }
+    }
+}
+
+/// More detail than this per refresh is no longer "bounded" in any useful sense.
+pub const MAX_SNAPSHOT_DETAIL: usize = 100_000;
 
 /// Probe groups.
 ///
@@ -149,6 +179,8 @@ pub struct ServeSettings {
     /// The probe groups, as configured.
     pub probes: ProbeGroups,
     pub top_locks: usize,
+    /// Per-lock detail kept per refresh.
+    pub detail: Detail,
     /// Indices `i` of the log2 buckets whose upper bounds (`2^(i+1)` ns) become `le` bounds.
     pub bucket_bounds: Vec<usize>,
 }
@@ -258,6 +290,16 @@ impl ConfigFile {
             );
         }
         let bucket_bounds = bucket_bounds(&m.histogram)?;
+        let sn = &self.snapshot;
+        for (key, v) in [
+            ("locks", sn.locks),
+            ("callers_per_lock", sn.callers_per_lock),
+            ("tasks_per_lock", sn.tasks_per_lock),
+        ] {
+            if v > MAX_SNAPSHOT_DETAIL {
+                bail!("snapshot.{key}: must be at most {MAX_SNAPSHOT_DETAIL}, got {v}");
+            }
+        }
         Ok(ServeSettings {
             listen,
             interval,
@@ -265,6 +307,11 @@ impl ConfigFile {
             types,
             probes: p.clone(),
             top_locks: m.top_locks,
+            detail: Detail {
+                locks: sn.locks,
+                callers_per_lock: sn.callers_per_lock,
+                tasks_per_lock: sn.tasks_per_lock,
+            },
             bucket_bounds,
         })
     }
@@ -410,9 +457,20 @@ mod tests {
             min_seconds = 0.001
             max_seconds = 1
             factor = 2
+            [snapshot]
+            locks = 10
+            callers_per_lock = 0
             "#,
         )
         .unwrap();
+        assert_eq!(
+            s.detail,
+            Detail {
+                locks: 10,
+                callers_per_lock: 0,
+                tasks_per_lock: Detail::DAEMON.tasks_per_lock
+            }
+        );
         assert_eq!(s.listen.port(), 9500);
         assert_eq!(s.interval, Duration::from_millis(250));
         assert_eq!(s.target, Target::Pids(vec![1]));
@@ -466,6 +524,9 @@ mod tests {
         assert!(err("[target]\ncgroup = \"/nonexistent-cgroup\"").starts_with("target.cgroup:"));
         assert!(err("[target]\npids = [1]\ncgroup = \"/\"").starts_with("target:"));
         assert!(err("[metrics]\ntop_locks = 0").starts_with("metrics.top_locks:"));
+        let e = err("[snapshot]\ntasks_per_lock = 1000000");
+        assert!(e.starts_with("snapshot.tasks_per_lock:"), "{e}");
+        assert!(err("[snapshot]\ncallers = 3").contains("unknown field `callers`"));
         let e = err("[metrics.histogram]\nfactor = 3");
         assert!(e.starts_with("metrics.histogram.factor:"), "{e}");
         let e = err("[metrics.histogram]\nmin_seconds = -1");

@@ -17,7 +17,8 @@ use crate::{
         futex::{FutexEvents, futex_type_filtered},
         pi_lock::{RtInput, RtSummary, apply_wait_task, build_rt_view, rt_lost},
         recording::{
-            EventCounts, SCHEMA, StackTexts, build_locks_cached, lock_identity, lost_counts,
+            Detail, EventCounts, LockPlan, SCHEMA, StackTexts, build_locks_cached, lock_identity,
+            lost_counts,
         },
         rt::{LatencySpike, StarvationEpisode},
         rwsem, spin,
@@ -28,7 +29,7 @@ use crate::{
         rwsem::RT_NOTE,
     },
     source::{
-        read_counters, read_lock_totals, read_snapshot,
+        read_counters, read_lock_totals, read_snapshot, read_stacks,
         rt::{RtDrain, read_open_bursts, read_rt_counters, read_wait_task},
     },
     symbolize::{KernelNames, user::UserNames},
@@ -46,6 +47,8 @@ pub struct Session {
     futex_types: Option<Vec<crate::decode::LockType>>,
     /// Symbolized stacks, kept across snapshots.
     stack_texts: std::cell::RefCell<StackTexts>,
+    /// How many callers and tasks each snapshot keeps.
+    detail: Detail,
     /// User call sites of pthread locks: process maps kept past the processes' exits.
     user_names: UserNames,
     /// The real-time probes' ring buffer and what was drained from it.
@@ -99,8 +102,15 @@ impl Session {
                 .as_ref()
                 .map(|ts| ts.iter().copied().filter(|t| t.is_user()).collect()),
             stack_texts: Default::default(),
+            detail: Detail::ALL,
             user_names,
         })
+    }
+
+    /// Keep only this much per-lock detail in snapshots (long-running sinks: memory
+    /// stays flat however many locks and stacks the kernel maps hold).
+    pub fn set_detail(&mut self, detail: Detail) {
+        self.detail = detail;
     }
 
     /// Seconds since the probes were attached (frozen at `stop`).
@@ -136,12 +146,13 @@ impl Session {
         raw.futex.types = self.futex_types.clone();
         self.fill_pthread(&mut raw.futex.pthread);
         let mut lost = lost_counts(&raw.counters);
-        let mut locks = build_locks_cached(
-            &raw,
-            &self.names,
-            &mut lost,
-            &mut self.stack_texts.borrow_mut(),
-        );
+        let plan = LockPlan::new(&raw, self.detail);
+        let mut texts = self.stack_texts.borrow_mut();
+        // Only the stacks of kept callers not symbolized before are read from the map.
+        let missing: Vec<u64> = plan.stack_ids().filter(|&id| !texts.contains(id)).collect();
+        raw.stacks = read_stacks(self.probes.ebpf(), &missing)?;
+        let mut locks = build_locks_cached(&raw, plan, &self.names, &mut lost, &mut texts);
+        drop(texts);
         let wait_task = read_wait_task(self.probes.ebpf())?;
         let mut comms = with_proc_comms(&raw.comms, &raw);
         for (k, _) in &wait_task {

@@ -366,6 +366,7 @@ fn entry(
             pthread: None,
         }),
         events: None,
+        omitted: None,
         wait_task: None,
         spin: None,
     }

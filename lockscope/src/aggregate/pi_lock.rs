@@ -118,6 +118,7 @@ pub fn apply_wait_task(
                     stats: WaitStats::default(),
                     callers: Vec::new(),
                     tasks: Vec::new(),
+                    omitted: None,
                     user: None,
                     events: None,
                     wait_task: Some(proxy),

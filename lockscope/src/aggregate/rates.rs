@@ -585,6 +585,7 @@ mod tests {
             lock_type: t,
             user: None,
             events: None,
+            omitted: None,
             wait_task: None,
             spin: None,
             name: format!("lock {addr}"),
@@ -824,6 +825,7 @@ mod tests {
                 pthread: None,
             }),
             events: None,
+            omitted: None,
             wait_task: None,
             spin: None,
         }

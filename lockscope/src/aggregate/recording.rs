@@ -122,6 +122,9 @@ pub struct LockEntry {
     pub stats: WaitStats,
     pub callers: Vec<CallerEntry>,
     pub tasks: Vec<TaskEntry>,
+    /// Callers and tasks a long-running sink's snapshot left out (see [`Detail`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub omitted: Option<Omitted>,
     /// User-space locks (futex words): `pid`, `comm` and the `futex` object.
     #[serde(flatten, default, skip_serializing_if = "Option::is_none")]
     pub user: Option<UserLock>,
@@ -199,20 +202,10 @@ pub fn lost_counts(c: &[u64; COUNTERS_LEN as usize]) -> BTreeMap<String, u64> {
     .collect()
 }
 
-/// Build the per-lock entries from a snapshot. Entries are per (lock address, type):
-/// a rwsem taken for read and for write gives two entries. Sorted by total wait, longest
-/// first. Keys whose flags do not decode are counted under `lost["unknown_flags"]`.
-pub fn build_locks(
-    raw: &RawSnapshot,
-    names: &dyn Names,
-    lost: &mut BTreeMap<String, u64>,
-) -> Vec<LockEntry> {
-    build_locks_cached(raw, names, lost, &mut StackTexts::default())
-}
-
 /// Symbolized stacks by stack id, kept across snapshots by long-running sinks (a stack
-/// id is a hash of the stack's content: its text never changes). Stacks the probes could
-/// not store are not kept (they may be stored later).
+/// id is a hash of the stack's content: its text never changes). Only the stacks of the
+/// callers the last snapshot kept stay cached, so the cache is bounded by the snapshot's
+/// [`Detail`]. Stacks the probes could not store are not kept (they may be stored later).
 #[derive(Debug, Default)]
 pub struct StackTexts(HashMap<u64, (String, Vec<String>)>);
 
@@ -225,68 +218,208 @@ impl StackTexts {
         self.0.is_empty()
     }
 
-    /// (caller, stack) of a stack id.
-    fn describe(&mut self, raw: &RawSnapshot, names: &dyn Names, id: u64) -> (String, Vec<String>) {
+    pub fn contains(&self, id: u64) -> bool {
+        self.0.contains_key(&id)
+    }
+
+    /// (caller, stack) of a stack id, from this snapshot's texts, else from the previous
+    /// snapshot's (`prev`, moved over), else symbolized now.
+    fn describe(
+        &mut self,
+        prev: &mut HashMap<u64, (String, Vec<String>)>,
+        raw: &RawSnapshot,
+        names: &dyn Names,
+        id: u64,
+    ) -> (String, Vec<String>) {
         if let Some(d) = self.0.get(&id) {
             return d.clone();
         }
-        let d = describe_stack(raw.stacks.get(&id), names);
-        if raw.stacks.contains_key(&id) {
-            self.0.insert(id, d.clone());
-        }
+        let d = match prev.remove(&id) {
+            Some(d) => d,
+            None => {
+                let d = describe_stack(raw.stacks.get(&id), names);
+                if !raw.stacks.contains_key(&id) {
+                    return d;
+                }
+                d
+            }
+        };
+        self.0.insert(id, d.clone());
         d
-    }
-
-    /// Forget stacks that left the map (bounded by the map's size).
-    fn prune(&mut self, raw: &RawSnapshot) {
-        if self.0.len() > raw.stacks.len() * 2 + 1024 {
-            self.0.retain(|id, _| raw.stacks.contains_key(id));
-        }
     }
 }
 
-/// [`build_locks`] with stack texts kept in `texts` across calls.
+/// How much per-lock detail a snapshot keeps. Every lock keeps its exact totals; only
+/// the locks ranked first by total wait keep their callers and tasks, and of those only
+/// the first by total wait. Long-running sinks (`serve`, `top`) use this to keep their
+/// memory flat however many locks and stacks the kernel maps come to hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Detail {
+    /// Locks that keep callers and tasks.
+    pub locks: usize,
+    pub callers_per_lock: usize,
+    pub tasks_per_lock: usize,
+}
+
+impl Detail {
+    /// Everything (`record`).
+    pub const ALL: Detail = Detail {
+        locks: usize::MAX,
+        callers_per_lock: usize::MAX,
+        tasks_per_lock: usize::MAX,
+    };
+    /// The default of the long-running sinks.
+    pub const DAEMON: Detail = Detail {
+        locks: 256,
+        callers_per_lock: 16,
+        tasks_per_lock: 16,
+    };
+}
+
+/// Callers and tasks a snapshot left out of a lock entry (see [`Detail`]); their
+/// figures are still in the lock's totals.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Omitted {
+    pub callers: u64,
+    pub tasks: u64,
+}
+
+/// One lock of a [`LockPlan`]: totals, and the callers and tasks kept, ranked.
+struct PlannedLock {
+    addr: u64,
+    lock_type: LockType,
+    stats: WaitStats,
+    callers: Vec<(u64, WaitStats)>,
+    tasks: Vec<(u32, WaitStats)>,
+    omitted: Omitted,
+}
+
+/// The kernel lock entries of a snapshot before symbolization: which stacks are needed
+/// is known before any stack is read or symbolized.
+pub struct LockPlan {
+    locks: Vec<PlannedLock>,
+    unknown_flags: u64,
+}
+
+/// The `limit` largest by total wait (ties by key), and how many were left out.
+fn keep_top<K: Ord + Copy>(m: BTreeMap<K, WaitStats>, limit: usize) -> (Vec<(K, WaitStats)>, u64) {
+    let mut v: Vec<(K, WaitStats)> = m.into_iter().collect();
+    v.sort_by(|a, b| b.1.total_ns.cmp(&a.1.total_ns).then_with(|| a.0.cmp(&b.0)));
+    let omitted = v.len().saturating_sub(limit) as u64;
+    v.truncate(limit);
+    (v, omitted)
+}
+
+impl LockPlan {
+    /// Sum the contention stats per (lock address, type): a rwsem taken for read and for
+    /// write gives two entries.
+    pub fn new(raw: &RawSnapshot, detail: Detail) -> Self {
+        struct Acc {
+            stats: WaitStats,
+            callers: BTreeMap<u64, WaitStats>,
+            tasks: BTreeMap<u32, WaitStats>,
+        }
+        let mut by_lock: BTreeMap<(u64, LockType), Acc> = BTreeMap::new();
+        let mut unknown_flags = 0u64;
+        for (key, stats) in &raw.stats {
+            let Ok(t) = LockType::from_flags(key.flags) else {
+                unknown_flags += stats.count;
+                continue;
+            };
+            let acc = by_lock.entry((key.lock, t)).or_insert_with(|| Acc {
+                stats: WaitStats::default(),
+                callers: BTreeMap::new(),
+                tasks: BTreeMap::new(),
+            });
+            acc.stats.merge(stats);
+            acc.callers.entry(key.stack).or_default().merge(stats);
+            acc.tasks.entry(key.tgid).or_default().merge(stats);
+        }
+        let mut ranked: Vec<((u64, LockType), Acc)> = by_lock.into_iter().collect();
+        ranked.sort_by(|a, b| {
+            b.1.stats
+                .total_ns
+                .cmp(&a.1.stats.total_ns)
+                .then_with(|| a.0.0.cmp(&b.0.0))
+        });
+        let locks = ranked
+            .into_iter()
+            .enumerate()
+            .map(|(rank, ((addr, lock_type), acc))| {
+                let detailed = rank < detail.locks;
+                let (callers, oc) = keep_top(
+                    acc.callers,
+                    if detailed { detail.callers_per_lock } else { 0 },
+                );
+                let (tasks, ot) =
+                    keep_top(acc.tasks, if detailed { detail.tasks_per_lock } else { 0 });
+                PlannedLock {
+                    addr,
+                    lock_type,
+                    stats: acc.stats,
+                    callers,
+                    tasks,
+                    omitted: Omitted {
+                        callers: oc,
+                        tasks: ot,
+                    },
+                }
+            })
+            .collect();
+        Self {
+            locks,
+            unknown_flags,
+        }
+    }
+
+    /// Stack ids of the kept callers.
+    pub fn stack_ids(&self) -> impl Iterator<Item = u64> + '_ {
+        self.locks
+            .iter()
+            .flat_map(|l| l.callers.iter().map(|c| c.0))
+    }
+}
+
+/// Build the per-lock entries from a snapshot (everything kept, see [`Detail::ALL`]).
+/// Entries are per (lock address, type). Sorted by total wait, longest first. Keys
+/// whose flags do not decode are counted under `lost["unknown_flags"]`.
+pub fn build_locks(
+    raw: &RawSnapshot,
+    names: &dyn Names,
+    lost: &mut BTreeMap<String, u64>,
+) -> Vec<LockEntry> {
+    build_locks_cached(
+        raw,
+        LockPlan::new(raw, Detail::ALL),
+        names,
+        lost,
+        &mut StackTexts::default(),
+    )
+}
+
+/// [`build_locks`] from a plan, with stack texts kept in `texts` across calls; `texts`
+/// keeps just the stacks this snapshot used.
 pub fn build_locks_cached(
     raw: &RawSnapshot,
+    plan: LockPlan,
     names: &dyn Names,
     lost: &mut BTreeMap<String, u64>,
     texts: &mut StackTexts,
 ) -> Vec<LockEntry> {
-    texts.prune(raw);
-    struct Acc {
-        stats: WaitStats,
-        callers: BTreeMap<u64, WaitStats>,
-        tasks: BTreeMap<u32, WaitStats>,
+    if plan.unknown_flags > 0 {
+        *lost.entry("unknown_flags".to_owned()).or_default() += plan.unknown_flags;
     }
-    let mut by_lock: BTreeMap<(u64, LockType), Acc> = BTreeMap::new();
-    let mut unknown = 0u64;
-    for (key, stats) in &raw.stats {
-        let Ok(t) = LockType::from_flags(key.flags) else {
-            unknown += stats.count;
-            continue;
-        };
-        let acc = by_lock.entry((key.lock, t)).or_insert_with(|| Acc {
-            stats: WaitStats::default(),
-            callers: BTreeMap::new(),
-            tasks: BTreeMap::new(),
-        });
-        acc.stats.merge(stats);
-        acc.callers.entry(key.stack).or_default().merge(stats);
-        acc.tasks.entry(key.tgid).or_default().merge(stats);
-    }
-    if unknown > 0 {
-        *lost.entry("unknown_flags".to_owned()).or_default() += unknown;
-    }
-
-    let mut locks: Vec<LockEntry> = by_lock
+    let mut prev = std::mem::take(&mut texts.0);
+    let mut locks: Vec<LockEntry> = plan
+        .locks
         .into_iter()
-        .map(|((addr, lock_type), acc)| {
-            let (name, owner) = lock_identity(raw, names, addr);
-            let mut callers: Vec<CallerEntry> = acc
+        .map(|p| {
+            let (name, owner) = lock_identity(raw, names, p.addr);
+            let callers: Vec<CallerEntry> = p
                 .callers
                 .into_iter()
                 .map(|(id, stats)| {
-                    let (caller, stack) = texts.describe(raw, names, id);
+                    let (caller, stack) = texts.describe(&mut prev, raw, names, id);
                     CallerEntry {
                         caller,
                         stack,
@@ -294,8 +427,7 @@ pub fn build_locks_cached(
                     }
                 })
                 .collect();
-            callers.sort_by_key(|c| std::cmp::Reverse(c.stats.total_ns));
-            let mut tasks: Vec<TaskEntry> = acc
+            let tasks: Vec<TaskEntry> = p
                 .tasks
                 .into_iter()
                 .map(|(pid, stats)| TaskEntry {
@@ -305,15 +437,15 @@ pub fn build_locks_cached(
                     events: None,
                 })
                 .collect();
-            tasks.sort_by_key(|t| std::cmp::Reverse(t.stats.total_ns));
             LockEntry {
-                addr: format!("{addr:#x}"),
-                lock_type,
+                addr: format!("{:#x}", p.addr),
+                lock_type: p.lock_type,
                 name,
                 owner,
-                stats: acc.stats,
+                stats: p.stats,
                 callers,
                 tasks,
+                omitted: (p.omitted != Omitted::default()).then_some(p.omitted),
                 user: None,
                 events: None,
                 wait_task: None,
@@ -532,19 +664,72 @@ pub(crate) mod tests {
         let names = CountingNames(Default::default());
         let mut texts = StackTexts::default();
         let mut lost = BTreeMap::new();
-        let first = build_locks_cached(&raw, &names, &mut lost, &mut texts);
+        let build = |texts: &mut StackTexts, lost: &mut BTreeMap<String, u64>| {
+            build_locks_cached(&raw, LockPlan::new(&raw, Detail::ALL), &names, lost, texts)
+        };
+        let first = build(&mut texts, &mut lost);
         // Stacks 1 and 2; stack 0 was never stored ([unknown], not kept).
         assert_eq!((names.0.get(), texts.len()), (2, 2));
-        let again = build_locks_cached(&raw, &names, &mut lost, &mut texts);
+        let again = build(&mut texts, &mut lost);
         assert_eq!(names.0.get(), 2, "no stack symbolized twice");
         assert_eq!(first, again);
         assert_eq!(first, build_locks(&raw, &FakeNames, &mut BTreeMap::new()));
-        // Many stacks gone from the map: the texts are pruned to what is still there.
+        // Texts no caller of this snapshot uses are dropped.
         for id in 100..3000 {
             texts.0.insert(id, ("x".into(), vec![]));
         }
-        build_locks_cached(&raw, &names, &mut lost, &mut texts);
+        build(&mut texts, &mut lost);
         assert_eq!(texts.len(), 2);
+    }
+
+    #[test]
+    fn detail_keeps_totals_and_the_top_callers_and_tasks() {
+        let mut raw = sample_snapshot();
+        // A second caller and task for the write side of mmap_lock.
+        let (k, _) = raw.stats[2];
+        raw.stats.push((
+            ContentionKey {
+                stack: 1,
+                tgid: 102,
+                ..k
+            },
+            wait(1_000, 2),
+        ));
+        let all = build_locks(&raw, &FakeNames, &mut BTreeMap::new());
+        let detail = Detail {
+            locks: 1,
+            callers_per_lock: 1,
+            tasks_per_lock: 1,
+        };
+        let plan = LockPlan::new(&raw, detail);
+        let mut texts = StackTexts::default();
+        let some = build_locks_cached(&raw, plan, &FakeNames, &mut BTreeMap::new(), &mut texts);
+        assert_eq!(some.len(), all.len(), "every lock keeps its entry");
+        for (a, s) in all.iter().zip(&some) {
+            assert_eq!((&a.name, &a.stats), (&s.name, &s.stats), "exact totals");
+        }
+        // The first lock keeps its longest caller and task, the others none.
+        let (a, s) = (&all[0], &some[0]);
+        assert!(a.callers.len() > 1, "{a:?}");
+        assert_eq!(s.callers, a.callers[..1]);
+        assert_eq!(s.tasks, a.tasks[..1]);
+        assert_eq!(
+            s.omitted,
+            Some(Omitted {
+                callers: a.callers.len() as u64 - 1,
+                tasks: a.tasks.len() as u64 - 1,
+            })
+        );
+        for (a, s) in all.iter().zip(&some).skip(1) {
+            assert!(s.callers.is_empty() && s.tasks.is_empty());
+            assert_eq!(
+                s.omitted.as_ref().map(|o| (o.callers, o.tasks)),
+                Some((a.callers.len() as u64, a.tasks.len() as u64))
+            );
+        }
+        // Only the kept caller's stack is symbolized and cached.
+        assert_eq!(texts.len(), 1);
+        assert!(all.iter().all(|l| l.omitted.is_none()));
     }
 
     pub fn sample_recording() -> Recording {

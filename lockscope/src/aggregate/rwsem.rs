@@ -194,6 +194,7 @@ pub fn apply_rwsem_events(
                 })
                 .collect(),
             events: Some(values(&totals, kinds, side)),
+            omitted: None,
             wait_task: None,
             spin: None,
         });

@@ -182,6 +182,7 @@ pub fn deep_entries(
             tasks: Vec::new(),
             user: None,
             events: None,
+            omitted: None,
             wait_task: None,
             spin: None,
         });

@@ -90,6 +90,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         },
         describe_target(&settings.target),
     )?;
+    session.set_detail(settings.detail);
     // Kernel BPF run statistics, on only while this fd is open (closed at exit, even
     // on a crash, which restores the previous state).
     let bpf_stats = match aya::sys::enable_stats(aya::sys::Stats::RunTime) {
@@ -373,9 +374,11 @@ fn describe(s: &ServeSettings) -> String {
     .into_iter()
     .filter_map(|(n, on)| on.then_some(n))
     .collect();
+    let d = s.detail;
     format!(
         "config OK: listen {}, interval {:?}, target {}, probes {}, lock types {types}, top {} \
-         locks labelled, {} histogram buckets from {:.3e} s to {:.3e} s",
+         locks labelled, {} histogram buckets from {:.3e} s to {:.3e} s; snapshots keep the \
+         callers and tasks of {} locks ({} callers, {} tasks each)",
         s.listen,
         s.interval,
         describe_target(&s.target),
@@ -384,5 +387,8 @@ fn describe(s: &ServeSettings) -> String {
         s.bucket_bounds.len(),
         first as f64 / 1e9,
         last as f64 / 1e9,
+        d.locks,
+        d.callers_per_lock,
+        d.tasks_per_lock,
     )
 }

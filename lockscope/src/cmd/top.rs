@@ -5,7 +5,7 @@ use std::{io::IsTerminal as _, path::Path, time::Duration};
 use anyhow::bail;
 
 use crate::{
-    aggregate::Recording,
+    aggregate::{Recording, recording::Detail},
     cli::TopArgs,
     cmd::record::parse_types,
     probe::{LoadOptions, Target, features, rt::RtOptions},
@@ -33,7 +33,9 @@ pub fn run(args: TopArgs) -> anyhow::Result<std::process::ExitCode> {
                 starvation_threshold_ns: 20_000,
                 starvation_acquisitions: 8,
             });
-            let session = Session::start_with_rt(&LoadOptions { target, types }, desc, rt)?;
+            let mut session = Session::start_with_rt(&LoadOptions { target, types }, desc, rt)?;
+            // A live view runs for hours: keep its memory flat like serve's.
+            session.set_detail(Detail::DAEMON);
             let mut feed = SessionFeed(session);
             tui::run(&mut feed, args.interval)?;
             feed.0.stop();

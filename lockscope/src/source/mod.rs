@@ -11,14 +11,14 @@ pub mod spin;
 use anyhow::Context as _;
 use aya::{
     Ebpf,
-    maps::{MapData, PerCpuArray, PerCpuHashMap},
+    maps::{HashMap as AyaHashMap, MapData, MapError, PerCpuArray, PerCpuHashMap},
 };
 use lockscope_common::{
     COUNTERS_LEN, ContentionKey, ContentionStats, LockInfo, RWSEM_COUNTERS_LEN, RwsemEventCounts,
     RwsemEventKey, StackFrames, WaitStart,
 };
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use crate::{
     aggregate::{RawSnapshot, timeline::LockTotals},
@@ -65,7 +65,32 @@ pub fn read_lock_totals(ebpf: &Ebpf) -> anyhow::Result<Vec<LockTotals>> {
         .collect())
 }
 
-/// Everything the probes aggregated so far. `futex`: the futex probes are attached.
+/// The stored kernel stacks of `ids`, innermost frame first; ids not in the map (never
+/// stored, or evicted) are left out. One lookup each: a snapshot reads only the stacks
+/// it has not symbolized before.
+pub fn read_stacks(ebpf: &Ebpf, ids: &[u64]) -> anyhow::Result<HashMap<u64, Vec<u64>>> {
+    let mut out = HashMap::new();
+    if ids.is_empty() {
+        return Ok(out);
+    }
+    let stacks: AyaHashMap<&MapData, u64, StackFrames> =
+        AyaHashMap::try_from(ebpf.map("STACKS").context("STACKS map")?)?;
+    for &id in ids {
+        match stacks.get(&id, 0) {
+            Ok(frames) => {
+                out.insert(
+                    id,
+                    frames.iter().copied().take_while(|&ip| ip != 0).collect(),
+                );
+            }
+            Err(MapError::KeyNotFound) => {}
+            Err(e) => return Err(e).context("reading STACKS"),
+        }
+    }
+    Ok(out)
+}
+
+/// Everything the probes aggregated so far (stacks are read apart: [`read_stacks`]). `futex`: the futex probes are attached.
 pub fn read_snapshot(ebpf: &Ebpf, futex: bool) -> anyhow::Result<RawSnapshot> {
     let mut raw = RawSnapshot {
         counters: read_counters(ebpf)?,
@@ -85,16 +110,6 @@ pub fn read_snapshot(ebpf: &Ebpf, futex: bool) -> anyhow::Result<RawSnapshot> {
         .into_iter()
         .map(|(tgid, comm)| (tgid, comm_to_string(&comm)))
         .collect();
-    raw.stacks = batch::hash_entries::<u64, StackFrames>(ebpf, "STACKS")?
-        .into_iter()
-        .map(|(hash, frames)| {
-            (
-                hash,
-                frames.iter().copied().take_while(|&ip| ip != 0).collect(),
-            )
-        })
-        .collect();
-
     let waiting = batch::hash_entries::<u32, WaitStart>(ebpf, "TASK_WAITS")?.len();
     let cpu_depth: PerCpuArray<&MapData, u32> =
         PerCpuArray::try_from(ebpf.map("CPU_WAIT_DEPTH").context("CPU_WAIT_DEPTH map")?)?;

@@ -39,6 +39,7 @@ fn lock(addr: &str, t: LockType, name: &str, tasks: &[(u32, &str, WaitStats)]) -
         lock_type: t,
         user: None,
         events: None,
+        omitted: None,
         wait_task: None,
         spin: None,
         name: name.into(),
@@ -574,6 +575,7 @@ fn futex_word(
             pthread: None,
         }),
         events: None,
+        omitted: None,
         wait_task: None,
         spin: None,
     }
