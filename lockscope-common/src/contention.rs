@@ -186,7 +186,11 @@ pub const CNT_TYPE_FILTERED: u32 = 10;
 /// Spinning waits whose `contention_end` never reached the probe (the kernel skips a BPF
 /// program that an interrupt re-enters on the same CPU): begun but not timed.
 pub const CNT_LOST_END_MISSED: u32 = 11;
-pub const COUNTERS_LEN: u32 = 12;
+/// Keys created in `CONTENTION_STATS` (an LRU map: created minus live entries is what
+/// it evicted) and stacks stored in `STACKS` (also LRU).
+pub const CNT_STATS_CREATED: u32 = 12;
+pub const CNT_STACKS_CREATED: u32 = 13;
+pub const COUNTERS_LEN: u32 = 14;
 
 /// Names of the `COUNTERS` slots, as shown in reports and metrics.
 pub const COUNTER_NAMES: [&str; COUNTERS_LEN as usize] = [
@@ -202,6 +206,8 @@ pub const COUNTER_NAMES: [&str; COUNTERS_LEN as usize] = [
     "target_map_full",
     "type_filtered",
     "end_missed",
+    "stats_created",
+    "stacks_created",
 ];
 
 /// Map sizes (entries). Userspace may override them at load.

@@ -333,7 +333,10 @@ pub const FCNT_RESTART: u32 = 6;
 /// A restarted call was abandoned (the thread made a different futex call instead):
 /// counted as interrupted.
 pub const FCNT_RESTART_ABANDONED: u32 = 7;
-pub const FUTEX_COUNTERS_LEN: u32 = 8;
+/// Keys created in `FUTEX_STATS` (an LRU map: created minus live entries is what it
+/// evicted).
+pub const FCNT_STATS_CREATED: u32 = 8;
+pub const FUTEX_COUNTERS_LEN: u32 = 9;
 
 pub const FUTEX_COUNTER_NAMES: [&str; FUTEX_COUNTERS_LEN as usize] = [
     "enter",
@@ -344,6 +347,7 @@ pub const FUTEX_COUNTER_NAMES: [&str; FUTEX_COUNTERS_LEN as usize] = [
     "futex_call_map_full",
     "restarts",
     "restart_abandoned",
+    "futex_stats_created",
 ];
 
 pub const FUTEX_STATS_MAX_ENTRIES: u32 = 16384;

@@ -18,7 +18,7 @@ use crate::{
         pi_lock::{RtInput, RtSummary, apply_wait_task, build_rt_view, rt_lost},
         recording::{
             Detail, EventCounts, LockPlan, SCHEMA, StackTexts, build_locks_cached, lock_identity,
-            lost_counts,
+            lost_counts, stats_evicted,
         },
         rt::{LatencySpike, StarvationEpisode},
         rwsem, spin,
@@ -146,6 +146,7 @@ impl Session {
         raw.futex.types = self.futex_types.clone();
         self.fill_pthread(&mut raw.futex.pthread);
         let mut lost = lost_counts(&raw.counters);
+        lost.insert("stats_evicted".to_owned(), stats_evicted(&raw));
         let plan = LockPlan::new(&raw, self.detail);
         let mut texts = self.stack_texts.borrow_mut();
         // Only the stacks of kept callers not symbolized before are read from the map.

@@ -204,3 +204,41 @@ fn types_without_futex_leave_the_futex_probes_out() {
     );
     assert!(rec["futex_events"]["type_filtered"].as_u64().unwrap() > 0);
 }
+
+#[test]
+fn a_full_futex_map_evicts_and_counts_what_it_evicted() {
+    let _serial = serial();
+    // 20,000 contended words, walked round and round: more than the map's 16,384.
+    let (s, _, rec) = record_workload(
+        "futex-evict",
+        &[
+            "futex-mutex",
+            "--threads",
+            "4",
+            "--seconds",
+            "2",
+            "--locks",
+            "20000",
+        ],
+    );
+    let lost = &rec["lost"];
+    let evicted = lost["futex_stats_evicted"].as_u64().unwrap();
+    println!("futex_stats_evicted {evicted}; workload {s:?}");
+    // An LRU map never refuses a new word: it evicts the least recently updated one.
+    assert_eq!(lost["futex_stats_map_full"], 0, "{lost}");
+    assert!(evicted > 0, "20,000 words fit a 16,384-entry map? {lost}");
+    let words: Vec<&Value> = rec["locks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|l| l.get("futex").is_some())
+        .collect();
+    assert!(words.len() <= 16_384, "{} words", words.len());
+    // The evicted words' calls are gone from the locks, never invented: at most the
+    // workload's own counts remain, and the call counters (not in the map) stay exact.
+    let sum = |k: &str| words.iter().map(|l| field(l, k)).sum::<u64>();
+    assert!(sum("wait_calls") < num(&s, "futex_wait"), "{s:?}");
+    assert!(sum("wake_calls") < num(&s, "futex_wake"), "{s:?}");
+    let ev = &rec["futex_events"];
+    assert_eq!(ev["enter"], ev["exit"], "{ev}");
+}

@@ -303,6 +303,7 @@ fn a_pid_that_exits_mid_trace_keeps_its_data() {
     for k in [
         "futex_call_map_full",
         "futex_stats_map_full",
+        "futex_stats_evicted",
         "pthread_call_map_full",
         "pthread_site_map_full",
     ] {

@@ -11,28 +11,30 @@
 
 use aya_ebpf::{
     EbpfContext as _,
-    bindings::{BPF_F_NO_PREALLOC, BPF_NOEXIST},
+    bindings::BPF_NOEXIST,
     helpers::{
         bpf_get_current_pid_tgid, bpf_get_current_task, bpf_get_stack, bpf_ktime_get_ns,
         bpf_probe_read_kernel,
     },
     macros::{btf_tracepoint, map},
-    maps::{HashMap, LruHashMap, PerCpuArray, PerCpuHashMap},
+    maps::{LruHashMap, LruPerCpuHashMap, PerCpuArray},
     programs::BtfTracePointContext,
 };
 use lockscope_common::*;
 
 use crate::maps::{CONFIG, count, count_n, current_is_target, current_process_comm};
 
-/// Finished waits, aggregated.
+/// Finished waits, aggregated. LRU: an always-on daemon meets ever new (lock, stack,
+/// process) keys; the least recently updated make room, counted (`CNT_STATS_CREATED`).
 #[map]
-static CONTENTION_STATS: PerCpuHashMap<ContentionKey, ContentionStats> =
-    PerCpuHashMap::with_max_entries(STATS_MAX_ENTRIES, 0);
+static CONTENTION_STATS: LruPerCpuHashMap<ContentionKey, ContentionStats> =
+    LruPerCpuHashMap::with_max_entries(STATS_MAX_ENTRIES, 0);
 
-/// Sleeping waits in progress, by thread id.
+/// Sleeping waits in progress, by thread id. LRU: a wait whose end never comes (the
+/// thread was killed) does not hold its slot forever.
 #[map]
-static TASK_WAITS: HashMap<u32, WaitStart> =
-    HashMap::with_max_entries(TASK_WAIT_MAX_ENTRIES, BPF_F_NO_PREALLOC);
+static TASK_WAITS: LruHashMap<u32, WaitStart> =
+    LruHashMap::with_max_entries(TASK_WAIT_MAX_ENTRIES, 0);
 
 /// Spinning waits in progress on each CPU: a small stack, `CPU_WAIT_DEPTH[0]` deep, of
 /// slots in `CPU_WAIT_SLOTS`. Slots are map entries (not an array inside one value) so that
@@ -52,9 +54,9 @@ static LOCK_INFO: LruHashMap<u64, LockInfo> =
 #[map]
 static COMMS: LruHashMap<u32, [u8; 16]> = LruHashMap::with_max_entries(COMMS_MAX_ENTRIES, 0);
 
-/// Kernel stacks at `contention_begin`, by content hash.
+/// Kernel stacks at `contention_begin`, by content hash. LRU, like the stats.
 #[map]
-static STACKS: HashMap<u64, StackFrames> = HashMap::with_max_entries(STACKS_MAX_ENTRIES, 0);
+static STACKS: LruHashMap<u64, StackFrames> = LruHashMap::with_max_entries(STACKS_MAX_ENTRIES, 0);
 
 /// Scratch buffer for reading a stack (too big for the BPF stack).
 #[map]
@@ -199,7 +201,7 @@ fn kernel_stack(ctx: &BtfTracePointContext) -> u64 {
     let hash = stack_hash(frames);
     if unsafe { STACKS.get(hash) }.is_none() {
         match STACKS.insert(hash, frames, BPF_NOEXIST as u64) {
-            Ok(()) => {}
+            Ok(()) => count(CNT_STACKS_CREATED),
             Err(-17) => {} // another CPU stored it first
             Err(_) => {
                 count(CNT_LOST_STACK);
@@ -361,7 +363,12 @@ fn account(w: &WaitStart, now: u64, ret: i32) {
         // By reference: the value is read from .rodata instead of being copied to the
         // stack (the copy overflowed the 512-byte stack on 6.1's verifier).
         #[allow(clippy::needless_borrows_for_generic_args)]
-        let _ = CONTENTION_STATS.insert(key, &EMPTY_STATS, BPF_NOEXIST as u64);
+        if CONTENTION_STATS
+            .insert(key, &EMPTY_STATS, BPF_NOEXIST as u64)
+            .is_ok()
+        {
+            count(CNT_STATS_CREATED);
+        }
         stats = CONTENTION_STATS.get_ptr_mut(key);
     }
     let Some(s) = stats else {

@@ -18,12 +18,12 @@
 
 use aya_ebpf::{
     EbpfContext as _,
-    bindings::{BPF_F_NO_PREALLOC, BPF_NOEXIST},
+    bindings::BPF_NOEXIST,
     helpers::{
         bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_user,
     },
     macros::{map, tracepoint},
-    maps::{HashMap, LruHashMap, PerCpuArray, PerCpuHashMap},
+    maps::{LruHashMap, LruPerCpuHashMap, PerCpuArray},
     programs::TracePointContext,
 };
 use lockscope_common::*;
@@ -32,15 +32,18 @@ use crate::maps::{CONFIG, current_is_target, current_process_comm};
 
 /// Finished calls, aggregated per (tgid, uaddr). Preallocated: a per-CPU hash without
 /// preallocation refuses inserts in bursts (its per-CPU allocation cache refills
-/// asynchronously). The loader sizes it to the number of CPUs.
+/// asynchronously). The loader sizes it to the number of CPUs. LRU: system-wide, futex
+/// words come and go without end; the least recently updated make room, counted
+/// (`FCNT_STATS_CREATED`).
 #[map]
-static FUTEX_STATS: PerCpuHashMap<FutexKey, FutexStats> =
-    PerCpuHashMap::with_max_entries(FUTEX_STATS_MAX_ENTRIES, 0);
+static FUTEX_STATS: LruPerCpuHashMap<FutexKey, FutexStats> =
+    LruPerCpuHashMap::with_max_entries(FUTEX_STATS_MAX_ENTRIES, 0);
 
-/// Calls in progress, by thread id.
+/// Calls in progress, by thread id. LRU: a call whose exit never comes (the thread was
+/// killed in it) does not hold its slot forever.
 #[map]
-static FUTEX_CALLS: HashMap<u32, FutexCall> =
-    HashMap::with_max_entries(FUTEX_CALLS_MAX_ENTRIES, BPF_F_NO_PREALLOC);
+static FUTEX_CALLS: LruHashMap<u32, FutexCall> =
+    LruHashMap::with_max_entries(FUTEX_CALLS_MAX_ENTRIES, 0);
 
 /// Calls seen and everything that could not be stored (`FCNT_*` slots).
 #[map]
@@ -318,7 +321,12 @@ fn account(call: &FutexCall, ret: i64, now: u64, unpaired: bool) {
     if stats.is_none() {
         // By reference: a copy of the value would not fit the 512-byte BPF stack.
         #[allow(clippy::needless_borrows_for_generic_args)]
-        let _ = FUTEX_STATS.insert(key, &EMPTY_FUTEX_STATS, BPF_NOEXIST as u64);
+        if FUTEX_STATS
+            .insert(key, &EMPTY_FUTEX_STATS, BPF_NOEXIST as u64)
+            .is_ok()
+        {
+            fcount(FCNT_STATS_CREATED);
+        }
         stats = FUTEX_STATS.get_ptr_mut(key);
         if unsafe { FUTEX_COMMS.get(call.tgid) }.is_none() {
             let cfg = CONFIG.load();

@@ -13,10 +13,10 @@
 
 use aya_ebpf::{
     EbpfContext as _, Global,
-    bindings::{BPF_F_NO_PREALLOC, BPF_NOEXIST},
+    bindings::BPF_NOEXIST,
     helpers::{bpf_get_attach_cookie, bpf_get_current_pid_tgid},
     macros::{map, uprobe, uretprobe},
-    maps::{HashMap, PerCpuArray, PerCpuHashMap},
+    maps::{LruHashMap, PerCpuArray, PerCpuHashMap},
     programs::{ProbeContext, RetProbeContext},
 };
 use lockscope_common::*;
@@ -30,10 +30,11 @@ pub static PTHREAD_CONFIG: Global<PthreadConfig> = Global::new(PthreadConfig {
     rwlock_size: 0,
 });
 
-/// Lock functions in progress, by thread id.
+/// Lock functions in progress, by thread id. LRU: a call whose return never comes (the
+/// thread was killed in it) does not hold its slot forever.
 #[map]
-static PTHREAD_CALLS: HashMap<u32, PthreadCall> =
-    HashMap::with_max_entries(PTHREAD_CALLS_MAX_ENTRIES, BPF_F_NO_PREALLOC);
+static PTHREAD_CALLS: LruHashMap<u32, PthreadCall> =
+    LruHashMap::with_max_entries(PTHREAD_CALLS_MAX_ENTRIES, 0);
 
 /// Attributed futex calls per (tgid, word, call site, function). Preallocated (see
 /// `FUTEX_STATS`); the loader sizes it to the number of CPUs.

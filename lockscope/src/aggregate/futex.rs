@@ -243,6 +243,10 @@ pub fn futex_lost(s: &FutexSnapshot) -> BTreeMap<String, u64> {
             )
         })
         .collect();
+    lost.insert(
+        "futex_stats_evicted".to_owned(),
+        super::recording::evicted(s.counters[FCNT_STATS_CREATED as usize], s.stats.len()),
+    );
     if s.pthread.active {
         lost.extend(pthread_lost(&s.pthread));
     }

@@ -185,6 +185,20 @@ impl EventCounts {
     }
 }
 
+/// Entries an LRU map evicted: the keys it created minus the keys it holds (0 when a
+/// key was created between reading the counter and reading the map).
+pub fn evicted(created: u64, live: usize) -> u64 {
+    created.saturating_sub(live as u64)
+}
+
+/// `CONTENTION_STATS` entries evicted to make room: their waits are not in the locks.
+pub fn stats_evicted(raw: &RawSnapshot) -> u64 {
+    evicted(
+        raw.counters[lockscope_common::CNT_STATS_CREATED as usize],
+        raw.stats.len(),
+    )
+}
+
 /// The `lost` object: every counter of something not stored, by name.
 pub fn lost_counts(c: &[u64; COUNTERS_LEN as usize]) -> BTreeMap<String, u64> {
     use lockscope_common::*;
@@ -410,6 +424,9 @@ pub fn build_locks_cached(
         *lost.entry("unknown_flags".to_owned()).or_default() += plan.unknown_flags;
     }
     let mut prev = std::mem::take(&mut texts.0);
+    // Callers whose stack was stored once but is gone (evicted from the LRU map) before
+    // it was ever symbolized: shown as [unknown].
+    let mut stacks_evicted = 0u64;
     let mut locks: Vec<LockEntry> = plan
         .locks
         .into_iter()
@@ -419,6 +436,13 @@ pub fn build_locks_cached(
                 .callers
                 .into_iter()
                 .map(|(id, stats)| {
+                    if id != 0
+                        && !texts.contains(id)
+                        && !prev.contains_key(&id)
+                        && !raw.stacks.contains_key(&id)
+                    {
+                        stacks_evicted += 1;
+                    }
                     let (caller, stack) = texts.describe(&mut prev, raw, names, id);
                     CallerEntry {
                         caller,
@@ -453,6 +477,7 @@ pub fn build_locks_cached(
             }
         })
         .collect();
+    *lost.entry("stack_evicted".to_owned()).or_default() += stacks_evicted;
     if raw.futex.enabled {
         let (futex_locks, _filtered) = build_futex_locks(&raw.futex, &raw.comms);
         locks.extend(futex_locks);
