@@ -302,9 +302,9 @@ fn spin_section(can_load: bool) {
     }
     match (&t.unavailable, &t.hold_unavailable) {
         (Some(why), _) => println!("deep spinlock tier: unavailable ({why})"),
-        (None, Some(hold)) => println!(
-            "deep spinlock tier: available (exact pi_lock waits, starvation detector); {hold}"
-        ),
+        (None, Some(hold)) => {
+            println!("deep spinlock tier: available (exact pi_lock waits only); {hold}")
+        }
         (None, None) => println!(
             "deep spinlock tier: available (exact pi_lock waits, hold times, starvation detector)"
         ),

@@ -164,6 +164,15 @@ pub fn find_symbol(kallsyms: &str, func: &str) -> Symbol {
 }
 
 /// Is this a PREEMPT_RT kernel (rwsems built on rtmutex, no rwsem lock events)?
+/// Tier (`fentry`, `kprobe`, or `absent`) of each (function, attached tier), by name.
+pub fn hook_tiers<'a>(
+    hooks: impl Iterator<Item = (&'a str, Option<&'a str>)>,
+) -> BTreeMap<String, String> {
+    hooks
+        .map(|(func, tier)| (func.to_owned(), tier.unwrap_or("absent").to_owned()))
+        .collect()
+}
+
 pub fn kernel_is_rt() -> bool {
     std::fs::read_to_string("/sys/kernel/realtime")
         .map(|s| s.trim() == "1")
@@ -219,15 +228,7 @@ impl DeepTier {
 
     /// Tier of each hook by function name, for reports.
     pub fn hook_tiers(&self) -> BTreeMap<String, String> {
-        self.hooks
-            .iter()
-            .map(|h| {
-                (
-                    h.func.to_owned(),
-                    h.tier.map(str::to_owned).unwrap_or_else(|| "absent".into()),
-                )
-            })
-            .collect()
+        hook_tiers(self.hooks.iter().map(|h| (h.func, h.tier)))
     }
 
     /// Attach every hook the kernel allows, preferring fentry/fexit.

@@ -202,15 +202,7 @@ impl SpinTier {
 
     /// Tier of each hook by function name, for reports.
     pub fn hook_tiers(&self) -> BTreeMap<String, String> {
-        self.hooks
-            .iter()
-            .map(|h| {
-                (
-                    h.func.to_owned(),
-                    h.tier.map(str::to_owned).unwrap_or_else(|| "absent".into()),
-                )
-            })
-            .collect()
+        super::rwsem::hook_tiers(self.hooks.iter().map(|h| (h.func, h.tier)))
     }
 
     /// Attach every hook the kernel allows (fentry/fexit first), walk the tasks into
@@ -222,7 +214,11 @@ impl SpinTier {
         let force_kprobes = std::env::var_os(FORCE_KPROBES_ENV).is_some();
         let mut tier = SpinTier::default();
         let release = super::features::kernel_release();
-        let gate = hold_hooks_gate(&release, std::env::var_os(HOLD_HOOKS_ENV).is_some());
+        let gate = hold_hooks_gate(
+            &release,
+            super::rwsem::kernel_is_rt(),
+            std::env::var_os(HOLD_HOOKS_ENV).is_some(),
+        );
         for def in SPIN_HOOK_DEFS {
             let s = match (&gate, def.role) {
                 (Some(why), Role::Acquire | Role::Release) => SpinHookStatus {
@@ -544,7 +540,8 @@ pub const HOLD_HOOKS_ENV: &str = "LOCKSCOPE_SPIN_HOLDS";
 /// trampolines to `_raw_spin_unlock*` crashed the guest (int3 Oops in the function being
 /// patched) in 2 of 5 runs under QEMU TCG: off unless `opt_in`. 6.12-rt ran them in
 /// every test run.
-pub fn hold_hooks_gate(release: &str, opt_in: bool) -> Option<String> {
+/// `rt`: the kernel is PREEMPT_RT (`/sys/kernel/realtime`).
+pub fn hold_hooks_gate(release: &str, rt: bool, opt_in: bool) -> Option<String> {
     let mut it = release
         .split(|c: char| !c.is_ascii_digit())
         .filter_map(|p| p.parse::<u32>().ok());
@@ -555,7 +552,6 @@ pub fn hold_hooks_gate(release: &str, opt_in: bool) -> Option<String> {
              (needs 6.12 or later)"
         ));
     }
-    let rt = release.split(['-', '+', '.']).any(|p| p == "rt");
     (!rt && !opt_in).then(|| {
         format!(
             "not attached by default without PREEMPT_RT: attaching to _raw_spin_unlock* \
@@ -581,19 +577,22 @@ mod tests {
     #[test]
     fn hold_hooks_need_6_12() {
         assert!(
-            hold_hooks_gate("6.1.0-57-amd64", true)
+            hold_hooks_gate("6.1.0-57-amd64", false, true)
                 .unwrap()
                 .contains("6.1")
         );
-        assert!(hold_hooks_gate("5.15.0", false).is_some());
-        assert_eq!(hold_hooks_gate("6.12.117+deb12-rt-amd64", false), None);
+        assert!(hold_hooks_gate("5.15.0", true, false).is_some());
+        assert_eq!(
+            hold_hooks_gate("6.12.117+deb12-rt-amd64", true, false),
+            None
+        );
         assert!(
-            hold_hooks_gate("6.12.117+deb12-amd64", false)
+            hold_hooks_gate("6.12.117+deb12-amd64", false, false)
                 .unwrap()
                 .contains("LOCKSCOPE_SPIN_HOLDS")
         );
-        assert_eq!(hold_hooks_gate("6.12.117+deb12-amd64", true), None);
-        assert!(hold_hooks_gate("6.18.0", false).is_some());
-        assert_eq!(hold_hooks_gate("7.0", true), None);
+        assert_eq!(hold_hooks_gate("6.12.117+deb12-amd64", false, true), None);
+        assert!(hold_hooks_gate("6.18.0", false, false).is_some());
+        assert_eq!(hold_hooks_gate("7.0", false, true), None);
     }
 }
