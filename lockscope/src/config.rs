@@ -311,6 +311,7 @@ impl ConfigFile {
                 locks: sn.locks,
                 callers_per_lock: sn.callers_per_lock,
                 tasks_per_lock: sn.tasks_per_lock,
+                ..Detail::DAEMON
             },
             bucket_bounds,
         })
@@ -468,7 +469,7 @@ mod tests {
             Detail {
                 locks: 10,
                 callers_per_lock: 0,
-                tasks_per_lock: Detail::DAEMON.tasks_per_lock
+                ..Detail::DAEMON
             }
         );
         assert_eq!(s.listen.port(), 9500);

@@ -298,6 +298,8 @@ impl Session {
             tier.hold_unavailable.as_deref(),
             &tier.params,
         );
+        // Every episode that arrived is in this snapshot; keep only the latest for the next.
+        tier.keep_latest(self.detail.episodes);
         Ok((summary, Some(episodes)))
     }
 

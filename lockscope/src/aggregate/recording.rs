@@ -273,6 +273,9 @@ pub struct Detail {
     pub locks: usize,
     pub callers_per_lock: usize,
     pub tasks_per_lock: usize,
+    /// Starvation episodes of the deep spinlock tier kept after a snapshot (the latest;
+    /// a snapshot still lists every episode that arrived since the previous one).
+    pub episodes: usize,
 }
 
 impl Detail {
@@ -281,12 +284,14 @@ impl Detail {
         locks: usize::MAX,
         callers_per_lock: usize::MAX,
         tasks_per_lock: usize::MAX,
+        episodes: usize::MAX,
     };
     /// The default of the long-running sinks.
     pub const DAEMON: Detail = Detail {
         locks: 256,
         callers_per_lock: 16,
         tasks_per_lock: 16,
+        episodes: 1000,
     };
 }
 
@@ -725,6 +730,7 @@ pub(crate) mod tests {
             locks: 1,
             callers_per_lock: 1,
             tasks_per_lock: 1,
+            episodes: 0,
         };
         let plan = LockPlan::new(&raw, detail);
         let mut texts = StackTexts::default();

@@ -525,6 +525,13 @@ impl SpinTier {
             .clone()
     }
 
+    /// Forget all but the latest `n` episodes (long-running sinks, after a snapshot).
+    pub fn keep_latest(&self, n: usize) {
+        let mut eps = self.episodes.lock().unwrap_or_else(|e| e.into_inner());
+        let extra = eps.len().saturating_sub(n);
+        eps.drain(..extra);
+    }
+
     pub fn malformed(&self) -> u64 {
         *self.malformed.lock().unwrap_or_else(|e| e.into_inner())
     }
