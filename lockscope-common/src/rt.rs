@@ -45,7 +45,7 @@ pub const RT_EV_WAIT_TASK: u32 = 3;
 
 /// One record of the `RT_EVENTS` ring buffer.
 #[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct RtEvent {
     /// One of `RT_EV_*`.
     pub kind: u32,

@@ -270,6 +270,8 @@ impl Session {
             None => Vec::new(),
         };
         let (spikes, episodes, summary) = build_rt_view(&input, deep_episodes, &extra);
+        // Every record that arrived is in this snapshot; keep only the recent ones.
+        crate::source::rt::retain_recent(&mut drain.events, self.detail.rt_window_ns);
         Ok((Some(episodes), Some(spikes), Some(summary)))
     }
 

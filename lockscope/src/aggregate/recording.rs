@@ -276,6 +276,9 @@ pub struct Detail {
     /// Starvation episodes of the deep spinlock tier kept after a snapshot (the latest;
     /// a snapshot still lists every episode that arrived since the previous one).
     pub episodes: usize,
+    /// Real-time probe records (`--latency-threshold`) kept after a snapshot: those that
+    /// ended within this many ns of the newest.
+    pub rt_window_ns: u64,
 }
 
 impl Detail {
@@ -285,6 +288,7 @@ impl Detail {
         callers_per_lock: usize::MAX,
         tasks_per_lock: usize::MAX,
         episodes: usize::MAX,
+        rt_window_ns: u64::MAX,
     };
     /// The default of the long-running sinks.
     pub const DAEMON: Detail = Detail {
@@ -292,6 +296,7 @@ impl Detail {
         callers_per_lock: 16,
         tasks_per_lock: 16,
         episodes: 1000,
+        rt_window_ns: 60_000_000_000,
     };
 }
 
@@ -731,6 +736,7 @@ pub(crate) mod tests {
             callers_per_lock: 1,
             tasks_per_lock: 1,
             episodes: 0,
+            rt_window_ns: 0,
         };
         let plan = LockPlan::new(&raw, detail);
         let mut texts = StackTexts::default();

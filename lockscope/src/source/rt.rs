@@ -42,6 +42,17 @@ impl RtDrain {
     }
 }
 
+/// Keep the records that ended within `window_ns` of the newest start (all of them for
+/// `u64::MAX`). Long-running sinks call it after a snapshot: spikes and their overlapping
+/// activity are never that far apart.
+pub fn retain_recent(events: &mut Vec<RtEvent>, window_ns: u64) {
+    let Some(newest) = events.iter().map(|e| e.ts_ns).max() else {
+        return;
+    };
+    let cut = newest.saturating_sub(window_ns);
+    events.retain(|e| e.ts_ns.saturating_add(e.dur_ns) >= cut);
+}
+
 /// `sched_wait_task` events per (tracee pi_lock, waiter, CPU, tracee).
 pub fn read_wait_task(ebpf: &Ebpf) -> anyhow::Result<Vec<(WaitTaskKey, u64)>> {
     let map: BpfHashMap<&MapData, WaitTaskKey, u64> =
@@ -73,4 +84,31 @@ pub fn read_open_bursts(ebpf: &Ebpf) -> anyhow::Result<Vec<RtEvent>> {
         .filter(|b| b.kind == RT_EV_WAIT_TASK)
         .copied()
         .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ev(ts_ns: u64, dur_ns: u64) -> RtEvent {
+        RtEvent {
+            ts_ns,
+            dur_ns,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn only_records_near_the_newest_are_kept() {
+        let mut evs = vec![ev(0, 5), ev(10, 85), ev(50, 0), ev(100, 1)];
+        retain_recent(&mut evs, u64::MAX);
+        assert_eq!(evs.len(), 4);
+        // Cut at 100 - 10 = 90: the record from 10 lasting 85 still overlaps it.
+        retain_recent(&mut evs, 10);
+        let kept: Vec<u64> = evs.iter().map(|e| e.ts_ns).collect();
+        assert_eq!(kept, [10, 100]);
+        let mut none: Vec<RtEvent> = Vec::new();
+        retain_recent(&mut none, 0);
+        assert!(none.is_empty());
+    }
 }
