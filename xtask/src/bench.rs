@@ -926,6 +926,26 @@ fn soak(ctx: &Ctx, minutes: f64) -> Result<Soak> {
         "soak-workload",
         false,
     )?;
+    // New processes throughout: every one brings a new mmap_lock (and new tasks).
+    let churn_args: Vec<String> = ["mmap-churn", "--seconds", "0.3"]
+        .map(String::from)
+        .to_vec();
+    let churn_stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let churn = {
+        let stop = churn_stop.clone();
+        let mut cmd = ctx.workload_cmd(&churn_args);
+        cmd.stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null());
+        std::thread::spawn(move || {
+            let mut n = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                if cmd.status().is_ok() {
+                    n += 1;
+                }
+            }
+            n
+        })
+    };
     let t0 = Instant::now();
     let mut samples = Vec::new();
     let mut start = None;
@@ -962,6 +982,8 @@ fn soak(ctx: &Ctx, minutes: f64) -> Result<Soak> {
     let counts_end = snapshot_counts(port);
     let cpu1 = proc::cpu_seconds(serve.pid).unwrap_or(0.0);
     samples.push((end_t.round(), rss_end));
+    churn_stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let churn_processes = churn.join().unwrap_or(0);
     let st = scraper.finish(port);
     serve.signal(libc::SIGTERM);
     serve.wait(Duration::from_secs(60))?;
@@ -990,6 +1012,8 @@ fn soak(ctx: &Ctx, minutes: f64) -> Result<Soak> {
         callers_start: counts_start.1,
         locks_end: counts_end.0,
         callers_end: counts_end.1,
+        churn_processes,
+        churn_args,
     })
 }
 

@@ -203,6 +203,12 @@ pub struct Soak {
     pub callers_start: usize,
     #[serde(default)]
     pub callers_end: usize,
+    /// Short-lived processes started one after another beside the workload (each a new
+    /// mmap_lock: the set of locks seen keeps growing).
+    #[serde(default)]
+    pub churn_processes: u64,
+    #[serde(default)]
+    pub churn_args: Vec<String>,
     pub date_utc: String,
 }
 
@@ -654,11 +660,21 @@ pub fn render_markdown(r: &BenchResults) -> String {
             let _ = writeln!(
                 s,
                 "`lockscope serve --interval 1s` for {:.0} minutes under `lockscope workload \
-                 {}`, scraped every second ({} scrapes, {} failed), {}. RSS after a {:.0} s \
+                 {}`{}, scraped every second ({} scrapes, {} failed), {}. RSS after a {:.0} s \
                  warm-up: {:.1} MiB; at the end: {:.1} MiB ({:+.1}%, {}: within 10%). CPU: \
                  {:.2}% of one CPU.\n",
                 k.minutes,
                 k.workload_args.join(" "),
+                if k.churn_processes > 0 {
+                    format!(
+                        ", beside {} short-lived processes run one after another (`lockscope \
+                         workload {}`, each with its own mmap_lock, so new locks keep appearing)",
+                        k.churn_processes,
+                        k.churn_args.join(" ")
+                    )
+                } else {
+                    String::new()
+                },
                 k.scrapes,
                 k.scrape_failures,
                 k.date_utc,
@@ -676,8 +692,10 @@ pub fn render_markdown(r: &BenchResults) -> String {
                 .collect();
             let _ = writeln!(
                 s,
-                "`/api/snapshot` (everything recorded since start, system-wide) held {} \
-                 locks and {} caller stacks after the warm-up, {} and {} at the end.\n",
+                "`/api/snapshot` (every lock recorded since start, system-wide; callers and \
+                 tasks only for the locks with the longest wait, as `[snapshot]` in the \
+                 config sets) held {} locks and {} caller stacks after the warm-up, {} and {} \
+                 at the end.\n",
                 k.locks_start, k.callers_start, k.locks_end, k.callers_end
             );
             let _ = writeln!(s, "RSS (MiB) every 10 s: {}\n", series.join(", "));
