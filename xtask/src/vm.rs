@@ -1211,6 +1211,15 @@ fn check_ptrace_rt(g: &GuestLog, lines: &mut Vec<String>, check: &mut impl FnMut
         .map(|e| e.to_string())
         .collect();
     let deep_eps = eps.iter().filter(|e| e["tier"] == "deep").count();
+    let starvations = eps.iter().filter(|e| e["kind"] == "starvation").count();
+    let on_tracees = eps
+        .iter()
+        .filter(|e| {
+            tracees
+                .iter()
+                .any(|p| e["lock"] == format!("pi_lock of lockscope[{p}]").as_str())
+        })
+        .count();
     check(
         malformed.is_empty(),
         format!(
@@ -1231,13 +1240,15 @@ fn check_ptrace_rt(g: &GuestLog, lines: &mut Vec<String>, check: &mut impl FnMut
     lines.push(format!(
         "{step}: {} spikes over {} us ({} lockscope, {} cyclictest; max {max_us} us), {explained} \
          explained, {} with overlaps, {none} with none; tracee pi_lock waits {waits_all} ({deep_all} exact), proxy \
-         {proxy_all} (peeks {peeks:?} + detaches {detaches:?}); {} episodes ({deep_eps} deep)",
+         {proxy_all} (peeks {peeks:?} + detaches {detaches:?}); {} episodes ({starvations} \
+         starvation, {} long-hold; {deep_eps} deep; {on_tracees} on the tracees' pi_lock)",
         spikes.len(),
         threshold / 1000,
         own.len(),
         theirs.len(),
         spikes.len() - none - untimed,
-        eps.len()
+        eps.len(),
+        eps.len() - starvations
     ));
     for (what, n) in &overlapped {
         lines.push(format!("{step}: overlapped {n}x: {what}"));
@@ -1514,7 +1525,8 @@ mod tests {
             lines.iter().any(|l| l.contains(
                 "3 spikes over 2000 us (2 lockscope, 1 cyclictest; \
                  max 22183 us), 1 explained, 2 with overlaps, 1 with none; tracee pi_lock waits \
-                 54 (54 exact), proxy 51"
+                 54 (54 exact), proxy 51 (peeks Some(40) + detaches Some(10)); 2 episodes (1 \
+                 starvation, 1 long-hold; 2 deep; 2 on the tracees' pi_lock)"
             )),
             "{lines:#?}"
         );
