@@ -265,7 +265,7 @@ esac
 "#;
 
 /// `--latency-threshold` of the RT guest's ptrace + cyclictest step, in ns.
-pub const PTRACE_RT_THRESHOLD_NS: u64 = 2_000_000;
+pub const PTRACE_RT_THRESHOLD_NS: u64 = 1_000_000;
 
 /// The guest's steps, with the RT step's threshold filled in.
 pub fn guest_steps() -> String {
@@ -1441,7 +1441,7 @@ mod tests {
         let mut g = GuestLog::default();
         let out = format!(
             "T: 0 (  359) P:98 I:2000 C:   1788 Min:     76 Act:  181 Avg: 1211 Max:   22183\n\
-             T: 1 (  360) P:98 I:2500 C:   1620 Min:     83 Act: 1572 Avg: 1010 Max:    1919\n\
+             T: 1 (  360) P:98 I:2500 C:   1620 Min:     83 Act: 1572 Avg: 1010 Max:     919\n\
              {report}\
              ptrace-storm: tracers=2 peeks=4 seconds=2\n\
              tracee pids: 361 362\n\
@@ -1511,7 +1511,7 @@ mod tests {
     fn ptrace_rt_checks_pass_on_a_good_guest_and_catch_each_defect() {
         let steps = guest_steps();
         assert!(
-            steps.contains("--latency-threshold 2000us") && !steps.contains("PTRACE_RT"),
+            steps.contains("--latency-threshold 1000us") && !steps.contains("PTRACE_RT"),
             "{steps}"
         );
         let said = "      no lock activity overlapped\n";
@@ -1523,7 +1523,7 @@ mod tests {
         check_ptrace_rt(&ptrace_rt_guest(&good, said), &mut lines, &mut |_, _| {});
         assert!(
             lines.iter().any(|l| l.contains(
-                "3 spikes over 2000 us (2 lockscope, 1 cyclictest; \
+                "3 spikes over 1000 us (2 lockscope, 1 cyclictest; \
                  max 22183 us), 1 explained, 2 with overlaps, 1 with none; tracee pi_lock waits \
                  54 (54 exact), proxy 51 (peeks Some(40) + detaches Some(10)); 2 episodes (1 \
                  starvation, 1 long-hold; 2 deep; 2 on the tracees' pi_lock)"
