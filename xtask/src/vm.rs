@@ -4,12 +4,14 @@
 //! The host kernel may refuse kprobes and fentry (then only the tracepoint tier runs
 //! here); Debian's kernels allow both. For each kernel this builds an initramfs (a newc
 //! cpio written here) holding busybox, the release `lockscope` binary with the shared
-//! libraries `ldd` names, a `/init` script and the steps to run; boots it under
+//! libraries `ldd` names, cyclictest (rt-tests) with its libraries, a `/init` script and
+//! the steps to run; boots it under
 //! `qemu-system-x86_64 -accel tcg` (KVM guests hang during early boot on these
 //! machines); and reads the serial console. The guest prints each step's output between
 //! markers, dumps the recordings it wrote, and ends with one line
 //! `LOCKSCOPE-VM-RESULT pass=N fail=M` (steps whose command failed). The host then checks
-//! the numbers in the recordings. Any failed step or check, a missing result line or a
+//! the numbers in the recordings. The PREEMPT_RT guest also runs the ptrace + cyclictest
+//! scenario of the original latency report (`check_ptrace_rt`). Any failed step or check, a missing result line or a
 //! timeout (qemu is killed) fails the run.
 
 use std::collections::BTreeMap;
@@ -183,6 +185,8 @@ mount -t proc proc /proc
 mount -t sysfs sysfs /sys
 mount -t devtmpfs devtmpfs /dev 2>/dev/null
 mount -t tmpfs tmpfs /tmp
+mkdir -p /dev/shm
+mount -t tmpfs tmpfs /dev/shm
 mount -t tracefs tracefs /sys/kernel/tracing
 mount -t debugfs debugfs /sys/kernel/debug
 mount -t bpf bpf /sys/fs/bpf
@@ -225,7 +229,51 @@ step pi-calm lockscope record -n 5 -o /tmp/pi-calm.json -- lockscope workload pi
 dump pi-calm.json
 step pi-kprobe env LOCKSCOPE_SPIN_KPROBES=1 lockscope record -n 5 -o /tmp/pi-kprobe.json -- lockscope workload pi-contend --threads 4 --seconds 2
 dump pi-kprobe.json
+# PREEMPT_RT only: the ptrace + cyclictest scenario of the original latency report.
+# cyclictest is the traced command (its own maxima become spikes next to lockscope's);
+# the storm starts once cyclictest runs (lockscope's probes are attached by then) and
+# ends before it, so the storm's own counts fall inside the recording.
+ptrace_rt() {
+    started=$(date +%s)
+    (
+        n=0
+        while ! pidof cyclictest >/dev/null; do
+            n=$((n + 1))
+            if [ "$n" -gt 600 ]; then echo "storm rc=no cyclictest within 60 s"; exit 1; fi
+            sleep 0.1
+        done
+        lockscope workload ptrace-storm --tracers 2 --seconds 2 >/tmp/storm.out 2>&1
+        echo "storm rc=$?"
+        if pidof cyclictest >/dev/null; then inside=yes; else inside=no; fi
+        echo "storm inside recording: $inside"
+    ) >/tmp/storm.log 2>&1 &
+    lockscope record -a --latency-threshold PTRACE_RT_THRESHOLD -n 0 -o /tmp/ptrace-rt.json -- \
+        cyclictest -S -p98 -m -i2000 -D 5 -q
+    rc=$?
+    wait
+    cat /tmp/storm.out /tmp/storm.log
+    grep -q "storm rc=0" /tmp/storm.log || rc=1
+    echo "step seconds: $(($(date +%s) - started))"
+    return $rc
+}
+case "$(uname -r)" in
+*-rt-*)
+    step ptrace-rt ptrace_rt
+    dump ptrace-rt.json
+    ;;
+esac
 "#;
+
+/// `--latency-threshold` of the RT guest's ptrace + cyclictest step, in ns.
+pub const PTRACE_RT_THRESHOLD_NS: u64 = 1_000_000;
+
+/// The guest's steps, with the RT step's threshold filled in.
+pub fn guest_steps() -> String {
+    GUEST_STEPS.replace(
+        "PTRACE_RT_THRESHOLD",
+        &format!("{}us", PTRACE_RT_THRESHOLD_NS / 1000),
+    )
+}
 
 fn build_initramfs(exe: &Path, out: &Path) -> Result<()> {
     let mut cpio = Cpio::default();
@@ -239,14 +287,26 @@ fn build_initramfs(exe: &Path, out: &Path) -> Result<()> {
         .find(|p| Path::new(p).is_file())
         .context("busybox not found (is busybox-static installed?)")?;
     cpio.file("bin/busybox", 0o755, &std::fs::read(busybox)?);
-    cpio.file(
-        "bin/lockscope",
-        0o755,
-        &std::fs::read(exe).with_context(|| format!("reading {}", exe.display()))?,
-    );
-    // The dynamic loader and the shared libraries lockscope links.
-    let ldd = output(Command::new("ldd").arg(exe))?;
-    for lib in ldd_paths(&ldd) {
+    // lockscope, cyclictest (the RT guest's latency probe), the dynamic loader and the
+    // shared libraries each one links.
+    let cyclictest = util::which("cyclictest")
+        .context("cyclictest not found (is rt-tests installed? `cargo xtask setup`)")?;
+    let binaries = [
+        (exe.to_path_buf(), "bin/lockscope"),
+        (cyclictest, "bin/cyclictest"),
+    ];
+    let mut libs: Vec<String> = Vec::new();
+    for (path, dest) in &binaries {
+        let data = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+        cpio.file(dest, 0o755, &data);
+        let ldd = output(Command::new("ldd").arg(path))?;
+        for lib in ldd_paths(&ldd) {
+            if !libs.contains(&lib) {
+                libs.push(lib);
+            }
+        }
+    }
+    for lib in libs {
         let data = std::fs::read(&lib).with_context(|| format!("reading {lib}"))?;
         let rel = lib.trim_start_matches('/');
         let mut dir = String::new();
@@ -264,7 +324,7 @@ fn build_initramfs(exe: &Path, out: &Path) -> Result<()> {
         cpio.file(rel, 0o755, &data);
     }
     cpio.file("init", 0o755, GUEST_INIT.as_bytes());
-    cpio.file("vm-steps.sh", 0o644, GUEST_STEPS.as_bytes());
+    cpio.file("vm-steps.sh", 0o644, guest_steps().as_bytes());
     let bytes = cpio.finish();
     std::fs::File::create(out)
         .and_then(|mut f| f.write_all(&bytes))
@@ -652,6 +712,9 @@ pub fn check_guest(k: &GuestKernel, g: &GuestLog) -> GuestReport {
     }
 
     check_spin(g, &mut lines, &mut check);
+    if k.rt {
+        check_ptrace_rt(g, &mut lines, &mut check);
+    }
 
     for (ok, what) in &checks {
         lines.push(format!("{} {what}", if *ok { "ok  " } else { "FAIL" }));
@@ -838,6 +901,360 @@ fn check_spin(g: &GuestLog, lines: &mut Vec<String>, check: &mut impl FnMut(bool
     }
 }
 
+/// `tracee pids: 12 13` of the ptrace-storm workload.
+fn tracee_pids(out: &str) -> Vec<u64> {
+    out.lines()
+        .find_map(|l| l.trim().strip_prefix("tracee pids:"))
+        .map(|p| {
+            p.split_whitespace()
+                .filter_map(|p| p.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// `(tid, max us)` of every thread in cyclictest's summary (`T: 0 ( 123) ... Max: 456`).
+fn cyclictest_maxima(out: &str) -> Vec<(u64, u64)> {
+    let mut found: Vec<(u64, u64)> = Vec::new();
+    for l in out.lines().filter(|l| l.trim_start().starts_with("T:")) {
+        let tid = l
+            .split_once('(')
+            .and_then(|(_, r)| r.split_once(')'))
+            .and_then(|(t, _)| t.trim().parse().ok());
+        let max = l
+            .split_once("Max:")
+            .and_then(|(_, r)| r.split_whitespace().next())
+            .and_then(|m| m.parse().ok());
+        if let (Some(tid), Some(max)) = (tid, max) {
+            // cyclictest rewrites its lines while running: the last one counts.
+            found.retain(|(t, _)| *t != tid);
+            found.push((tid, max));
+        }
+    }
+    found
+}
+
+/// The PREEMPT_RT guest's ptrace + cyclictest step (the original latency report's
+/// scenario): the tracees' `pi_lock`s are named with their waits, every spike over the
+/// threshold is recorded or counted lost and either carries the lock activity in its
+/// window or says none overlapped, and starvation episodes are well-formed.
+fn check_ptrace_rt(g: &GuestLog, lines: &mut Vec<String>, check: &mut impl FnMut(bool, String)) {
+    let step = "ptrace-rt";
+    let Some((_, out)) = g.steps.get(step) else {
+        check(false, format!("guest ran no {step} step"));
+        return;
+    };
+    let rec = match g
+        .files
+        .get("ptrace-rt.json")
+        .map(|t| serde_json::from_str::<Value>(t))
+    {
+        Some(Ok(rec)) => rec,
+        Some(Err(e)) => {
+            check(false, format!("ptrace-rt.json is not JSON: {e}"));
+            return;
+        }
+        None => {
+            check(false, "guest dumped no ptrace-rt.json".into());
+            return;
+        }
+    };
+    let num = |v: &Value| v.as_u64().unwrap_or(0);
+    let lost = |key: &str| rec["lost"].get(key).and_then(Value::as_u64);
+
+    // The storm ran inside the recording: its own counts bound what was seen.
+    let inside = out.contains("storm inside recording: yes");
+    check(
+        inside,
+        format!("{step}: the ptrace storm ran inside the recording"),
+    );
+    // `peeks: 7352 (3602/s)`
+    let count = |key: &str| {
+        out.lines()
+            .find_map(|l| l.trim().strip_prefix(key)?.strip_prefix(':'))
+            .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
+    };
+    let (peeks, detaches) = (count("peeks"), count("detaches"));
+    let tracees = tracee_pids(out);
+    check(
+        tracees.len() == 2 && peeks.is_some_and(|p| p > 0),
+        format!("{step}: storm printed 2 tracee pids ({tracees:?}) and peeks > 0 ({peeks:?})"),
+    );
+    let locks = rec["locks"].as_array().cloned().unwrap_or_default();
+    let (mut waits_all, mut deep_all, mut proxy_all) = (0, 0, 0);
+    for pid in &tracees {
+        let name = format!("pi_lock of lockscope[{pid}]");
+        let entries: Vec<&Value> = locks
+            .iter()
+            .filter(|l| l["name"] == name.as_str())
+            .collect();
+        let waits: u64 = entries.iter().map(|l| num(&l["contended"])).sum();
+        let deep_waits: u64 = entries
+            .iter()
+            .filter(|l| l["tier"] == "deep")
+            .map(|l| num(&l["contended"]))
+            .sum();
+        let proxy: u64 = entries
+            .iter()
+            .map(|l| num(&l["wait_task"]["acquisitions"]))
+            .sum();
+        let per_waiter: u64 = entries
+            .iter()
+            .filter_map(|l| l["wait_task"]["waiters"].as_array())
+            .flatten()
+            .map(|w| num(&w["acquisitions"]))
+            .sum();
+        lines.push(format!(
+            "{step}: {name}: {} entries, waits {waits} (deep {deep_waits}), \
+             sched_wait_task proxy acquisitions {proxy}",
+            entries.len()
+        ));
+        check(
+            !entries.is_empty()
+                && entries
+                    .iter()
+                    .all(|l| l["owner"]["field"] == "pi_lock" && l["type"] == "spinlock"),
+            format!("{step}: the recording names `{name}` (a spinlock, owner field pi_lock)"),
+        );
+        check(
+            waits + proxy > 0 && per_waiter == proxy,
+            format!(
+                "{step}: {name} has waits ({waits} exact, {proxy} proxy; per-waiter sum \
+                 {per_waiter})"
+            ),
+        );
+        waits_all += waits;
+        deep_all += deep_waits;
+        proxy_all += proxy;
+    }
+    // The deep tier sees the tracers spin on the tracees' pi_lock exactly.
+    check(
+        rec["spin"]["tier"] == "deep" && deep_all > 0,
+        format!(
+            "{step}: spin tier deep ({}) with exact slowpath waits on the tracees' pi_lock \
+             ({deep_all})",
+            rec["spin"]["tier"]
+        ),
+    );
+    let rounds = peeks.zip(detaches).map(|(p, d)| p + d);
+    check(
+        rounds.is_some_and(|r| proxy_all >= r),
+        format!(
+            "{step}: proxy acquisitions of the tracees' pi_lock {proxy_all} >= peeks + \
+             detaches ({peeks:?} + {detaches:?})"
+        ),
+    );
+    check(
+        lost("wait_task_map_full") == Some(0),
+        format!(
+            "{step}: lost.wait_task_map_full is 0 (got {:?})",
+            lost("wait_task_map_full")
+        ),
+    );
+
+    // Spikes: lockscope's own, all over the threshold, recorded or counted lost.
+    let rt = &rec["rt_summary"];
+    let threshold = rt["latency_threshold_ns"].as_u64();
+    check(
+        threshold == Some(PTRACE_RT_THRESHOLD_NS),
+        format!("{step}: latency threshold {threshold:?} ns as asked ({PTRACE_RT_THRESHOLD_NS})"),
+    );
+    let threshold = threshold.unwrap_or(PTRACE_RT_THRESHOLD_NS);
+    let spikes = rec["latency_spikes"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let own: Vec<&Value> = spikes
+        .iter()
+        .filter(|s| s["source"] == "lockscope")
+        .collect();
+    let theirs: Vec<&Value> = spikes
+        .iter()
+        .filter(|s| s["source"] == "cyclictest")
+        .collect();
+    let over = rt["spikes_over_threshold"].as_u64();
+    let lost_spikes = lost("rt_ringbuf_lost_spikes");
+    check(
+        over.is_some() && lost_spikes.map(|l| l + own.len() as u64) == over,
+        format!(
+            "{step}: recorded spikes {} + lost {lost_spikes:?} == spikes over the threshold \
+             {over:?}",
+            own.len()
+        ),
+    );
+    check(
+        !own.is_empty(),
+        format!(
+            "{step}: lockscope timed spikes over {} us under the storm ({} wakeups timed)",
+            threshold / 1000,
+            rt["wakeups_timed"]
+        ),
+    );
+    check(
+        spikes
+            .iter()
+            .all(|s| num(&s["latency_ns"]) >= threshold && s["task"]["comm"] == "cyclictest"),
+        format!("{step}: every spike is a cyclictest thread's, at or over the threshold"),
+    );
+    for key in ["rt_ringbuf_lost_activity", "rt_malformed_records"] {
+        check(
+            lost(key) == Some(0),
+            format!("{step}: lost.{key} is 0 (got {:?})", lost(key)),
+        );
+    }
+    // cyclictest's own maxima: one spike per thread over the threshold.
+    let maxima = cyclictest_maxima(out);
+    let over_ct: Vec<&(u64, u64)> = maxima
+        .iter()
+        .filter(|(_, max)| max * 1000 >= threshold)
+        .collect();
+    check(
+        maxima.len() == 2
+            && theirs.len() == over_ct.len()
+            && rt["cyclictest_threads"].as_u64() == Some(over_ct.len() as u64)
+            && over_ct.iter().all(|(tid, max)| {
+                theirs
+                    .iter()
+                    .any(|s| s["task"]["tid"] == *tid && num(&s["latency_ns"]) == max * 1000)
+            }),
+        format!(
+            "{step}: cyclictest's threads (tid, max us) {maxima:?}: one spike with its max for \
+             each over the threshold ({} recorded)",
+            theirs.len()
+        ),
+    );
+    // Correlation: overlaps inside the window, the explained rule, and the report
+    // saying so for every spike without overlaps.
+    let mut bad = Vec::new();
+    let mut overlapped: BTreeMap<String, u64> = BTreeMap::new();
+    for s in &spikes {
+        let lat = num(&s["latency_ns"]);
+        let overlaps = s["overlaps"].as_array().cloned().unwrap_or_default();
+        let sum: u64 = overlaps.iter().map(|o| num(&o["overlap_ns"])).sum();
+        for o in &overlaps {
+            let ns = num(&o["overlap_ns"]);
+            let lock = o["lock"].as_str().unwrap_or("");
+            if ns == 0 || ns > lat || lock.is_empty() {
+                bad.push(format!("overlap {o} outside a {lat} ns window"));
+            }
+            *overlapped
+                .entry(format!("{} {}", o["kind"].as_str().unwrap_or("?"), lock))
+                .or_default() += 1;
+        }
+        if s["explained"] == true && 2 * sum < lat {
+            bad.push(format!("explained with {sum} of {lat} ns"));
+        }
+        if s["explained"] == false && overlaps.iter().any(|o| 2 * num(&o["overlap_ns"]) >= lat) {
+            bad.push(format!(
+                "one overlap covers half of {lat} ns, not explained"
+            ));
+        }
+    }
+    check(
+        bad.is_empty(),
+        format!("{step}: overlaps lie in their windows, explained follows the rule {bad:?}"),
+    );
+    let silent = |timed: bool| {
+        spikes
+            .iter()
+            .filter(|s| s["overlaps"].as_array().is_none_or(Vec::is_empty))
+            .filter(|s| (s["ts_ns"] != 0) == timed)
+            .count()
+    };
+    let (none, untimed) = (silent(true), silent(false));
+    let said = out.matches("no lock activity overlapped").count();
+    let said_untimed = out
+        .matches("not correlated: cyclictest gives no time")
+        .count();
+    check(
+        said == none && said_untimed == untimed,
+        format!(
+            "{step}: the report says `no lock activity overlapped` for each of the {none} \
+             spikes without overlaps (said {said}; {untimed} untimed, said {said_untimed})"
+        ),
+    );
+
+    // Starvation episodes: well-formed for their tier.
+    let eps = rec["starvation_episodes"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let spin = &rec["spin"];
+    let starve_ns = rt["starvation_threshold_ns"]
+        .as_u64()
+        .or(spin["threshold_ns"].as_u64())
+        .unwrap_or(u64::MAX);
+    let min_foreign = rt["starvation_acquisitions"]
+        .as_u64()
+        .or(spin["min_foreign"].as_u64())
+        .unwrap_or(u64::MAX);
+    let hold_ns = spin["hold_threshold_ns"].as_u64().unwrap_or(u64::MAX);
+    let malformed: Vec<String> = eps
+        .iter()
+        .filter(|e| {
+            let deep = e["tier"] == "deep";
+            let tier_ok = if deep {
+                e["probable"] == false
+            } else {
+                e["tier"] == "tracepoint" && e["probable"] == true
+            };
+            let size_ok = match e["kind"].as_str() {
+                Some("starvation") => {
+                    num(&e["wait_ns"]) >= starve_ns
+                        && num(&e["foreign_acquisitions"]) >= min_foreign
+                }
+                Some("long-hold") => num(&e["wait_ns"]) >= hold_ns,
+                _ => false,
+            };
+            !(tier_ok && size_ok && e["waiter"]["pid"].as_u64().is_some())
+        })
+        .map(|e| e.to_string())
+        .collect();
+    let deep_eps = eps.iter().filter(|e| e["tier"] == "deep").count();
+    let starvations = eps.iter().filter(|e| e["kind"] == "starvation").count();
+    let on_tracees = eps
+        .iter()
+        .filter(|e| {
+            tracees
+                .iter()
+                .any(|p| e["lock"] == format!("pi_lock of lockscope[{p}]").as_str())
+        })
+        .count();
+    check(
+        malformed.is_empty(),
+        format!(
+            "{step}: {} starvation episodes well-formed (deep: exact, tracepoint: probable; \
+             wait >= {starve_ns} ns with >= {min_foreign} foreign acquisitions, or a hold >= \
+             {hold_ns} ns) {malformed:?}",
+            eps.len()
+        ),
+    );
+
+    let max_us = spikes
+        .iter()
+        .map(|s| num(&s["latency_ns"]))
+        .max()
+        .unwrap_or(0)
+        / 1000;
+    let explained = spikes.iter().filter(|s| s["explained"] == true).count();
+    lines.push(format!(
+        "{step}: {} spikes over {} us ({} lockscope, {} cyclictest; max {max_us} us), {explained} \
+         explained, {} with overlaps, {none} with none; tracee pi_lock waits {waits_all} ({deep_all} exact), proxy \
+         {proxy_all} (peeks {peeks:?} + detaches {detaches:?}); {} episodes ({starvations} \
+         starvation, {} long-hold; {deep_eps} deep; {on_tracees} on the tracees' pi_lock)",
+        spikes.len(),
+        threshold / 1000,
+        own.len(),
+        theirs.len(),
+        spikes.len() - none - untimed,
+        eps.len(),
+        eps.len() - starvations
+    ));
+    for (what, n) in &overlapped {
+        lines.push(format!("{step}: overlapped {n}x: {what}"));
+    }
+}
+
 /// The `events` object of the traced process's `mmap_lock` entry of this type.
 fn mmap_lock_events(rec: &Value, lock_type: &str) -> Option<Value> {
     rec.get("locks")?
@@ -1015,5 +1432,203 @@ mod tests {
         );
         // Two more failures than the spinlock tier's four.
         assert_eq!(check_guest(&KERNELS[0], &g).failed(), fails.len() + 2);
+    }
+
+    /// A PREEMPT_RT guest's ptrace + cyclictest step, shaped like a real one: two
+    /// tracees, three spikes (one overlapping a tracee's pi_lock, one with none, one of
+    /// cyclictest's own), one deep episode.
+    fn ptrace_rt_guest(rec: &Value, report: &str) -> GuestLog {
+        let mut g = GuestLog::default();
+        let out = format!(
+            "T: 0 (  359) P:98 I:2000 C:   1788 Min:     76 Act:  181 Avg: 1211 Max:   22183\n\
+             T: 1 (  360) P:98 I:2500 C:   1620 Min:     83 Act: 1572 Avg: 1010 Max:     919\n\
+             {report}\
+             ptrace-storm: tracers=2 peeks=4 seconds=2\n\
+             tracee pids: 361 362\n\
+             peeks: 40 (20/s)\n\
+             detaches: 10 (5/s)\n\
+             storm rc=0\n\
+             storm inside recording: yes\n"
+        );
+        g.steps.insert("ptrace-rt".into(), (0, out));
+        g.files.insert("ptrace-rt.json".into(), rec.to_string());
+        g
+    }
+
+    fn ptrace_rt_recording() -> Value {
+        let tracee = |pid: u64, waits: u64, acq: u64| {
+            serde_json::json!({
+                "type": "spinlock", "name": format!("pi_lock of lockscope[{pid}]"),
+                "owner": {"field": "pi_lock", "pid": pid, "comm": "lockscope"},
+                "contended": waits, "tier": "deep",
+                "wait_task": {"acquisitions": acq, "waiters": [
+                    {"pid": 358, "tid": pid + 2, "acquisitions": acq - 1},
+                    {"pid": 358, "tid": pid + 3, "acquisitions": 1}]}
+            })
+        };
+        let task = |tid: u64| serde_json::json!({"pid": 355, "tid": tid, "comm": "cyclictest"});
+        serde_json::json!({
+            "locks": [tracee(361, 24, 20), tracee(362, 30, 31)],
+            "lost": {"wait_task_map_full": 0, "rt_ringbuf_lost_spikes": 1,
+                     "rt_ringbuf_lost_activity": 0, "rt_malformed_records": 0},
+            "spin": {"tier": "deep", "threshold_ns": 20000, "min_foreign": 8,
+                     "hold_threshold_ns": 1000000},
+            "rt_summary": {"latency_threshold_ns": PTRACE_RT_THRESHOLD_NS,
+                           "starvation_threshold_ns": 20000, "starvation_acquisitions": 8,
+                           "wakeups_timed": 3000, "spikes_over_threshold": 3,
+                           "cyclictest_threads": 1},
+            "latency_spikes": [
+                {"cpu": 0, "ts_ns": 5, "latency_ns": 22_183_000, "source": "cyclictest",
+                 "task": task(359), "explained": true, "overlaps": [
+                    {"lock": "pi_lock of cyclictest[359]", "kind": "long-hold",
+                     "overlap_ns": 14_000_000},
+                    {"lock": "pi_lock of lockscope[361]", "kind": "wait-task",
+                     "overlap_ns": 83_650}]},
+                {"cpu": 0, "ts_ns": 5, "latency_ns": 18_300_000, "source": "lockscope",
+                 "task": task(359), "explained": false, "overlaps": [
+                    {"lock": "pi_lock of lockscope[361]", "kind": "wait-task",
+                     "overlap_ns": 83_650}]},
+                {"cpu": 1, "ts_ns": 9, "latency_ns": 2_500_000, "source": "lockscope",
+                 "task": task(360), "explained": false, "overlaps": []}],
+            "starvation_episodes": [
+                {"kind": "long-hold", "lock": "pi_lock of lockscope[361]", "wait_ns": 2_812_568,
+                 "foreign_acquisitions": 0, "probable": false, "tier": "deep",
+                 "waiter": {"pid": 361, "tid": 361, "comm": "lockscope"}},
+                {"kind": "starvation", "lock": "pi_lock of lockscope[362]", "wait_ns": 30_000,
+                 "foreign_acquisitions": 9, "probable": false, "tier": "deep",
+                 "waiter": {"pid": 358, "tid": 363, "comm": "lockscope"}}]
+        })
+    }
+
+    fn ptrace_rt_failures(g: &GuestLog) -> Vec<String> {
+        let (mut lines, mut checks) = (Vec::new(), Vec::new());
+        check_ptrace_rt(g, &mut lines, &mut |ok, what| checks.push((ok, what)));
+        assert!(checks.len() > 15, "{checks:#?}");
+        checks.into_iter().filter(|c| !c.0).map(|c| c.1).collect()
+    }
+
+    #[test]
+    fn ptrace_rt_checks_pass_on_a_good_guest_and_catch_each_defect() {
+        let steps = guest_steps();
+        assert!(
+            steps.contains("--latency-threshold 1000us") && !steps.contains("PTRACE_RT"),
+            "{steps}"
+        );
+        let said = "      no lock activity overlapped\n";
+        let good = ptrace_rt_recording();
+        let fails = ptrace_rt_failures(&ptrace_rt_guest(&good, said));
+        assert!(fails.is_empty(), "{fails:#?}");
+        // The summary line carries the numbers.
+        let mut lines = Vec::new();
+        check_ptrace_rt(&ptrace_rt_guest(&good, said), &mut lines, &mut |_, _| {});
+        assert!(
+            lines.iter().any(|l| l.contains(
+                "3 spikes over 1000 us (2 lockscope, 1 cyclictest; \
+                 max 22183 us), 1 explained, 2 with overlaps, 1 with none; tracee pi_lock waits \
+                 54 (54 exact), proxy 51 (peeks Some(40) + detaches Some(10)); 2 episodes (1 \
+                 starvation, 1 long-hold; 2 deep; 2 on the tracees' pi_lock)"
+            )),
+            "{lines:#?}"
+        );
+
+        // Each defect fails exactly its check.
+        let fails_with = |edit: &dyn Fn(&mut Value), report: &str| {
+            let mut rec = good.clone();
+            edit(&mut rec);
+            ptrace_rt_failures(&ptrace_rt_guest(&rec, report))
+        };
+        let one = |fails: Vec<String>, what: &str| {
+            assert_eq!(fails.len(), 1, "{what}: {fails:#?}");
+            assert!(fails[0].contains(what), "{what}: {fails:#?}");
+        };
+        // The report does not say a spike had no overlaps.
+        one(fails_with(&|_| {}, ""), "no lock activity overlapped");
+        // A spike neither recorded nor counted lost.
+        one(
+            fails_with(&|r| r["lost"]["rt_ringbuf_lost_spikes"] = 0.into(), said),
+            "spikes over the threshold",
+        );
+        // Proxy acquisitions below the storm's own count (and the waiters no longer add up).
+        let fails = fails_with(
+            &|r| r["locks"][1]["wait_task"]["acquisitions"] = 20.into(),
+            said,
+        );
+        assert_eq!(fails.len(), 2, "{fails:#?}");
+        assert!(fails[1].contains(">= peeks + detaches"), "{fails:#?}");
+        // No exact waits from the deep tier.
+        one(
+            fails_with(
+                &|r| {
+                    r["locks"][0]["contended"] = 0.into();
+                    r["locks"][1]["contended"] = 0.into();
+                },
+                said,
+            ),
+            "exact slowpath waits",
+        );
+        // A deep episode marked probable, one too short.
+        one(
+            fails_with(
+                &|r| r["starvation_episodes"][1]["probable"] = true.into(),
+                said,
+            ),
+            "well-formed",
+        );
+        one(
+            fails_with(
+                &|r| r["starvation_episodes"][1]["wait_ns"] = 19_999.into(),
+                said,
+            ),
+            "well-formed",
+        );
+        // An overlap longer than its window; explained without the overlap to show for it.
+        one(
+            fails_with(
+                &|r| r["latency_spikes"][1]["overlaps"][0]["overlap_ns"] = 19_000_000.into(),
+                said,
+            ),
+            "explained follows the rule",
+        );
+        one(
+            fails_with(&|r| r["latency_spikes"][1]["explained"] = true.into(), said),
+            "explained follows the rule",
+        );
+        // cyclictest's thread over the threshold without its spike.
+        one(
+            fails_with(
+                &|r| {
+                    r["latency_spikes"][0]["latency_ns"] = 22_000_000.into();
+                },
+                said,
+            ),
+            "cyclictest's threads",
+        );
+        // Lost activity records.
+        one(
+            fails_with(&|r| r["lost"]["rt_ringbuf_lost_activity"] = 2.into(), said),
+            "rt_ringbuf_lost_activity",
+        );
+        // A tracee's pi_lock missing from the recording.
+        let fails = fails_with(
+            &|r| r["locks"][0]["name"] = "pi_lock of lockscope[999]".into(),
+            said,
+        );
+        assert!(
+            fails
+                .iter()
+                .any(|f| f.contains("names `pi_lock of lockscope[361]`")),
+            "{fails:#?}"
+        );
+        // The storm outlived the recording: its counts are no bound.
+        let mut g = ptrace_rt_guest(&good, said);
+        let out = &mut g.steps.get_mut("ptrace-rt").unwrap().1;
+        *out = out.replace("inside recording: yes", "inside recording: no");
+        one(ptrace_rt_failures(&g), "ran inside the recording");
+        // No step at all, or no recording.
+        let mut checks = Vec::new();
+        check_ptrace_rt(&GuestLog::default(), &mut Vec::new(), &mut |ok, what| {
+            checks.push((ok, what))
+        });
+        assert_eq!(checks, [(false, "guest ran no ptrace-rt step".to_owned())]);
     }
 }
