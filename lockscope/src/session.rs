@@ -35,6 +35,17 @@ use crate::{
     symbolize::{KernelNames, user::UserNames},
 };
 
+/// Give the memory a map read freed back to the system. A read's transient buffers are
+/// as large as the kernel maps; without this the allocator keeps the high-water mark,
+/// and a long-running sink's RSS would track the largest read rather than what it holds.
+pub fn release_free_memory() {
+    #[cfg(target_env = "gnu")]
+    // SAFETY: malloc_trim only releases free memory; no pointer is involved.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
 pub struct Session {
     probes: Probes,
     names: KernelNames,

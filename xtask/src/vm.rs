@@ -64,7 +64,7 @@ pub const KERNELS: [GuestKernel; 3] = [
 ];
 
 /// How long one guest may run (boot + steps + poweroff) before qemu is killed.
-const GUEST_TIMEOUT: Duration = Duration::from_secs(600);
+const GUEST_TIMEOUT: Duration = Duration::from_secs(900);
 
 /// Result line the guest prints last.
 const RESULT_MARK: &str = "LOCKSCOPE-VM-RESULT";

@@ -1,7 +1,7 @@
 //! The recording: what `record` writes and `report` reads, built from a raw map snapshot.
 //! Pure: symbol and name lookups come in through the [`Names`] trait.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use lockscope_common::{COUNTERS_LEN, ContentionKey, LockInfo, RwsemEventCounts, RwsemEventKey};
 use serde::{Deserialize, Serialize};
@@ -325,39 +325,42 @@ pub struct LockPlan {
     unknown_flags: u64,
 }
 
-/// The `limit` largest by total wait (ties by key), and how many were left out.
-fn keep_top<K: Ord + Copy>(m: BTreeMap<K, WaitStats>, limit: usize) -> (Vec<(K, WaitStats)>, u64) {
+/// The `limit` largest by total wait (ties by key).
+fn keep_top<K: Ord + Copy>(m: BTreeMap<K, WaitStats>, limit: usize) -> Vec<(K, WaitStats)> {
     let mut v: Vec<(K, WaitStats)> = m.into_iter().collect();
     v.sort_by(|a, b| b.1.total_ns.cmp(&a.1.total_ns).then_with(|| a.0.cmp(&b.0)));
-    let omitted = v.len().saturating_sub(limit) as u64;
     v.truncate(limit);
-    (v, omitted)
+    v
 }
 
 impl LockPlan {
     /// Sum the contention stats per (lock address, type): a rwsem taken for read and for
     /// write gives two entries.
     pub fn new(raw: &RawSnapshot, detail: Detail) -> Self {
+        // First the totals (and distinct callers and tasks) of every lock; callers' and
+        // tasks' figures only for the locks that keep them, so that a map full of
+        // locks costs little more than their totals.
         struct Acc {
             stats: WaitStats,
-            callers: BTreeMap<u64, WaitStats>,
-            tasks: BTreeMap<u32, WaitStats>,
+            callers: BTreeSet<u64>,
+            tasks: BTreeSet<u32>,
         }
         let mut by_lock: BTreeMap<(u64, LockType), Acc> = BTreeMap::new();
         let mut unknown_flags = 0u64;
+        let typed = |key: &ContentionKey| LockType::from_flags(key.flags).ok();
         for (key, stats) in &raw.stats {
-            let Ok(t) = LockType::from_flags(key.flags) else {
+            let Some(t) = typed(key) else {
                 unknown_flags += stats.count;
                 continue;
             };
             let acc = by_lock.entry((key.lock, t)).or_insert_with(|| Acc {
                 stats: WaitStats::default(),
-                callers: BTreeMap::new(),
-                tasks: BTreeMap::new(),
+                callers: BTreeSet::new(),
+                tasks: BTreeSet::new(),
             });
             acc.stats.merge(stats);
-            acc.callers.entry(key.stack).or_default().merge(stats);
-            acc.tasks.entry(key.tgid).or_default().merge(stats);
+            acc.callers.insert(key.stack);
+            acc.tasks.insert(key.tgid);
         }
         let mut ranked: Vec<((u64, LockType), Acc)> = by_lock.into_iter().collect();
         ranked.sort_by(|a, b| {
@@ -366,27 +369,36 @@ impl LockPlan {
                 .cmp(&a.1.stats.total_ns)
                 .then_with(|| a.0.0.cmp(&b.0.0))
         });
+        type Figures = (BTreeMap<u64, WaitStats>, BTreeMap<u32, WaitStats>);
+        let mut detailed: BTreeMap<(u64, LockType), Figures> = ranked
+            .iter()
+            .take(detail.locks)
+            .map(|(k, _)| (*k, Figures::default()))
+            .collect();
+        for (key, stats) in &raw.stats {
+            let Some(t) = typed(key) else { continue };
+            if let Some((callers, tasks)) = detailed.get_mut(&(key.lock, t)) {
+                callers.entry(key.stack).or_default().merge(stats);
+                tasks.entry(key.tgid).or_default().merge(stats);
+            }
+        }
         let locks = ranked
             .into_iter()
-            .enumerate()
-            .map(|(rank, ((addr, lock_type), acc))| {
-                let detailed = rank < detail.locks;
-                let (callers, oc) = keep_top(
-                    acc.callers,
-                    if detailed { detail.callers_per_lock } else { 0 },
-                );
-                let (tasks, ot) =
-                    keep_top(acc.tasks, if detailed { detail.tasks_per_lock } else { 0 });
+            .map(|((addr, lock_type), acc)| {
+                let (callers, tasks) = detailed.remove(&(addr, lock_type)).unwrap_or_default();
+                let callers = keep_top(callers, detail.callers_per_lock);
+                let tasks = keep_top(tasks, detail.tasks_per_lock);
+                let omitted = Omitted {
+                    callers: (acc.callers.len() - callers.len()) as u64,
+                    tasks: (acc.tasks.len() - tasks.len()) as u64,
+                };
                 PlannedLock {
                     addr,
                     lock_type,
                     stats: acc.stats,
                     callers,
                     tasks,
-                    omitted: Omitted {
-                        callers: oc,
-                        tasks: ot,
-                    },
+                    omitted,
                 }
             })
             .collect();

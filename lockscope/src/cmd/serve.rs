@@ -170,6 +170,8 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
                         p.last_error = Some(format!("{e:#}"));
                     }
                 }
+                drop(p);
+                crate::session::release_free_memory();
             }
         }
     };

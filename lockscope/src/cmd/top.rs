@@ -85,7 +85,9 @@ impl Feed for SessionFeed {
         // The real-time ring buffer is drained once per refresh; what overflows it is
         // counted in `lost`.
         self.0.drain_rt();
-        self.0.snapshot()
+        let rec = self.0.snapshot();
+        crate::session::release_free_memory();
+        rec
     }
     fn describe(&self) -> String {
         "standalone".to_owned()
