@@ -46,6 +46,22 @@ pub fn release_free_memory() {
     }
 }
 
+/// The keys whose process (`tgid` of each) has exited; tgid 0 (the idle task's
+/// interrupts) never has.
+fn exited_keys<K: Copy>(
+    keys: impl Iterator<Item = (K, u32)>,
+    alive: &mut HashMap<u32, bool>,
+) -> Vec<K> {
+    keys.filter(|&(_, tgid)| {
+        tgid != 0
+            && !*alive
+                .entry(tgid)
+                .or_insert_with(|| std::path::Path::new(&format!("/proc/{tgid}")).exists())
+    })
+    .map(|(k, _)| k)
+    .collect()
+}
+
 pub struct Session {
     probes: Probes,
     names: KernelNames,
@@ -60,6 +76,10 @@ pub struct Session {
     stack_texts: std::cell::RefCell<StackTexts>,
     /// How many callers and tasks each snapshot keeps.
     detail: Detail,
+    /// Drop the contention figures of exited processes from the kernel map after each
+    /// snapshot (long-running sinks), and how many entries that dropped so far.
+    forget_exited: bool,
+    forgotten: std::cell::Cell<u64>,
     /// User call sites of pthread locks: process maps kept past the processes' exits.
     user_names: UserNames,
     /// The real-time probes' ring buffer and what was drained from it.
@@ -114,6 +134,8 @@ impl Session {
                 .map(|ts| ts.iter().copied().filter(|t| t.is_user()).collect()),
             stack_texts: Default::default(),
             detail: Detail::ALL,
+            forget_exited: false,
+            forgotten: Default::default(),
             user_names,
         })
     }
@@ -122,6 +144,14 @@ impl Session {
     /// stays flat however many locks and stacks the kernel maps hold).
     pub fn set_detail(&mut self, detail: Detail) {
         self.detail = detail;
+    }
+
+    /// After each snapshot, delete the contention figures of processes that have exited
+    /// from the kernel map: a daemon's maps and memory then follow the live processes,
+    /// not every process since start. The snapshot that sees an exited process still
+    /// has its figures (metrics keep them, folded into `lock="other"` afterwards).
+    pub fn forget_exited(&mut self) {
+        self.forget_exited = true;
     }
 
     /// Seconds since the probes were attached (frozen at `stop`).
@@ -157,7 +187,10 @@ impl Session {
         raw.futex.types = self.futex_types.clone();
         self.fill_pthread(&mut raw.futex.pthread);
         let mut lost = lost_counts(&raw.counters);
-        lost.insert("stats_evicted".to_owned(), stats_evicted(&raw));
+        lost.insert(
+            "stats_evicted".to_owned(),
+            stats_evicted(&raw).saturating_sub(self.forgotten.get()),
+        );
         let plan = LockPlan::new(&raw, self.detail);
         let mut texts = self.stack_texts.borrow_mut();
         // Only the stacks of kept callers not symbolized before are read from the map.
@@ -165,6 +198,20 @@ impl Session {
         raw.stacks = read_stacks(self.probes.ebpf(), &missing)?;
         let mut locks = build_locks_cached(&raw, plan, &self.names, &mut lost, &mut texts);
         drop(texts);
+        if self.forget_exited {
+            use crate::source::batch::delete_keys;
+            let mut alive = HashMap::new();
+            let ebpf = self.probes.ebpf();
+            let gone = exited_keys(raw.stats.iter().map(|(k, _)| (*k, k.tgid)), &mut alive);
+            let n = delete_keys(ebpf, "CONTENTION_STATS", &gone)?;
+            self.forgotten.set(self.forgotten.get() + n);
+            // The per-lock rwsem events too (the system totals are counters of their own).
+            let gone = exited_keys(
+                raw.rwsem_events.iter().map(|(k, _)| (*k, k.tgid)),
+                &mut alive,
+            );
+            delete_keys(ebpf, "RWSEM_EVENT_STATS", &gone)?;
+        }
         let wait_task = read_wait_task(self.probes.ebpf())?;
         let mut comms = with_proc_comms(&raw.comms, &raw);
         for (k, _) in &wait_task {
@@ -410,4 +457,26 @@ fn monotonic_ns() -> u64 {
     // SAFETY: a valid out pointer.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+#[cfg(test)]
+mod forget_tests {
+    use super::*;
+
+    #[test]
+    fn only_keys_of_exited_processes_are_forgotten() {
+        let me = std::process::id();
+        let dead = u32::MAX - 1; // above any pid_max: no such process
+        let keys = [
+            ("idle", 0),
+            ("mine", me),
+            ("dead", dead),
+            ("dead again", dead),
+        ];
+        let mut alive = HashMap::new();
+        let gone = exited_keys(keys.iter().copied(), &mut alive);
+        assert_eq!(gone, ["dead", "dead again"]);
+        // Each process is looked up once.
+        assert_eq!(alive.len(), 2);
+    }
 }

@@ -28,6 +28,8 @@ pub struct BenchOptions {
     pub quick: bool,
     pub soak: bool,
     pub minutes: f64,
+    /// Soak: short-lived processes beside the workload, so new locks keep appearing.
+    pub churn: bool,
     pub runs: Option<usize>,
     /// Only re-render BENCHMARKS.md (and re-judge the targets) from bench-results.json.
     pub render: bool,
@@ -150,7 +152,7 @@ pub fn bench(opts: BenchOptions) -> Result<()> {
 
     let mut r = if opts.soak {
         let mut r = previous.unwrap_or_default();
-        r.soak = Some(soak(&ctx, opts.minutes)?);
+        r.soak = Some(soak(&ctx, opts.minutes, opts.churn)?);
         r
     } else {
         let mut r = full_run(&ctx, opts.runs)?;
@@ -899,8 +901,22 @@ fn daemon_10k(ctx: &Ctx) -> Result<DaemonCase> {
     daemon_case(ctx, "10k-locks", &args, secs)
 }
 
-/// `--soak`: serve under mmap-churn for `minutes`, RSS sampled every 10 s.
-fn soak(ctx: &Ctx, minutes: f64) -> Result<Soak> {
+/// RSS of `pid` over a 2 s burst of samples: (lowest, highest) KiB. The lowest is the
+/// memory serve holds between map reads; a read's transient buffers (as large as the
+/// kernel maps) show in the highest.
+fn rss_burst(pid: i32) -> Option<(u64, u64)> {
+    let mut lo_hi: Option<(u64, u64)> = None;
+    for _ in 0..20 {
+        let (rss, _) = proc::rss_kib(pid)?;
+        lo_hi = Some(lo_hi.map_or((rss, rss), |(lo, hi)| (lo.min(rss), hi.max(rss))));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    lo_hi
+}
+
+/// `--soak`: serve under mmap-churn for `minutes`, RSS sampled every 10 s (a 2 s burst
+/// each: see [`rss_burst`]). `churn`: short-lived processes beside it.
+fn soak(ctx: &Ctx, minutes: f64, churn: bool) -> Result<Soak> {
     if !(minutes > 0.0 && minutes.is_finite()) {
         bail!("bench: --minutes must be a positive number, got {minutes}");
     }
@@ -927,10 +943,14 @@ fn soak(ctx: &Ctx, minutes: f64) -> Result<Soak> {
         false,
     )?;
     // New processes throughout: every one brings a new mmap_lock (and new tasks).
-    let churn_args: Vec<String> = ["mmap-churn", "--seconds", "0.3"]
-        .map(String::from)
-        .to_vec();
-    let churn_stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let churn_args: Vec<String> = if churn {
+        ["mmap-churn", "--seconds", "0.3"]
+            .map(String::from)
+            .to_vec()
+    } else {
+        Vec::new()
+    };
+    let churn_stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(!churn));
     let churn = {
         let stop = churn_stop.clone();
         let mut cmd = ctx.workload_cmd(&churn_args);
@@ -952,25 +972,29 @@ fn soak(ctx: &Ctx, minutes: f64) -> Result<Soak> {
     let mut cpu0 = None;
     let mut next = 0.0;
     let mut last_rss = 0;
+    let mut peak_kib = 0;
     let mut counts_start = (0, 0);
     while t0.elapsed().as_secs_f64() < total {
         let t = t0.elapsed().as_secs_f64();
         if start.is_none() && t >= warmup {
-            start = proc::rss_kib(serve.pid).map(|(r, _)| (t, r));
+            start = rss_burst(serve.pid).map(|(lo, _)| (t, lo));
             counts_start = snapshot_counts(port);
             cpu0 = proc::cpu_seconds(serve.pid).map(|c| (t, c));
         }
         if t >= next {
-            let (rss, _) =
-                proc::rss_kib(serve.pid).context("bench: serve exited during the soak")?;
+            let (rss, hi) = rss_burst(serve.pid).context("bench: serve exited during the soak")?;
             samples.push((t.round(), rss));
             last_rss = rss;
+            if t >= warmup {
+                peak_kib = peak_kib.max(hi);
+            }
             if (samples.len() - 1) % 6 == 0 {
                 println!(
-                    "bench: soak {} / {}: RSS {:.1} MiB",
+                    "bench: soak {} / {}: RSS {:.1} MiB between reads, {:.1} MiB peak",
                     parse::fmt_duration(t),
                     parse::fmt_duration(total),
-                    rss as f64 / 1024.0
+                    rss as f64 / 1024.0,
+                    hi as f64 / 1024.0
                 );
             }
             next += 10.0;
@@ -978,7 +1002,8 @@ fn soak(ctx: &Ctx, minutes: f64) -> Result<Soak> {
         std::thread::sleep(Duration::from_millis(200));
     }
     let end_t = t0.elapsed().as_secs_f64();
-    let (rss_end, _) = proc::rss_kib(serve.pid).unwrap_or((last_rss, 0));
+    let (rss_end, hi) = rss_burst(serve.pid).unwrap_or((last_rss, 0));
+    peak_kib = peak_kib.max(hi);
     let counts_end = snapshot_counts(port);
     let cpu1 = proc::cpu_seconds(serve.pid).unwrap_or(0.0);
     samples.push((end_t.round(), rss_end));
@@ -1014,6 +1039,7 @@ fn soak(ctx: &Ctx, minutes: f64) -> Result<Soak> {
         callers_end: counts_end.1,
         churn_processes,
         churn_args,
+        peak_kib,
     })
 }
 

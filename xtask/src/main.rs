@@ -146,6 +146,10 @@ enum Cmd {
         /// Only the soak: `lockscope serve` under mmap-churn for --minutes.
         #[arg(long)]
         soak: bool,
+        /// Soak: start short-lived processes one after another beside the workload
+        /// (each a new mmap_lock, so the set of locks seen keeps growing).
+        #[arg(long, requires = "soak")]
+        churn: bool,
         /// Soak length in minutes.
         #[arg(long, value_name = "M", default_value_t = 10.0, requires = "soak")]
         minutes: f64,
@@ -180,6 +184,7 @@ fn main() {
                         quick: true,
                         soak: false,
                         minutes: 10.0,
+                        churn: false,
                         runs: None,
                         render: false,
                     })
@@ -190,12 +195,14 @@ fn main() {
             quick,
             soak,
             minutes,
+            churn,
             runs,
             render,
         } => bench::bench(bench::BenchOptions {
             quick,
             soak,
             minutes,
+            churn,
             runs,
             render,
         }),

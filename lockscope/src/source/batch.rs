@@ -120,6 +120,52 @@ fn lookup_batch(
     }
 }
 
+const BPF_MAP_DELETE_ELEM: libc::c_long = 3;
+
+/// `union bpf_attr`, the element-operation member.
+#[repr(C)]
+#[derive(Default)]
+struct ElemAttr {
+    map_fd: u32,
+    _pad: u32,
+    key: u64,
+    value: u64,
+    flags: u64,
+}
+
+/// Delete `keys` from a hash map (plain, LRU or per-CPU); returns how many were there.
+/// Through the map's fd, so a shared `&Ebpf` suffices.
+pub fn delete_keys<K: Pod>(ebpf: &Ebpf, name: &str, keys: &[K]) -> anyhow::Result<u64> {
+    let map = map_data(ebpf, name)?;
+    let mut deleted = 0;
+    for key in keys {
+        let mut attr = ElemAttr {
+            map_fd: map.fd().as_fd().as_raw_fd() as u32,
+            key: key as *const K as u64,
+            ..Default::default()
+        };
+        // SAFETY: `attr.key` points at a whole `K`, the map's key type; the kernel only
+        // reads it.
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_bpf,
+                BPF_MAP_DELETE_ELEM,
+                &mut attr as *mut ElemAttr,
+                size_of::<ElemAttr>() as u32,
+            )
+        };
+        if r == 0 {
+            deleted += 1;
+        } else {
+            let e = std::io::Error::last_os_error();
+            if e.raw_os_error() != Some(libc::ENOENT) {
+                return Err(e).with_context(|| format!("deleting from {name}"));
+            }
+        }
+    }
+    Ok(deleted)
+}
+
 fn read_pod<T: Pod>(bytes: &[u8]) -> T {
     assert!(bytes.len() >= size_of::<T>());
     // SAFETY: `T: Pod` (plain old data: any bit pattern is valid), and `bytes` holds at

@@ -209,6 +209,10 @@ pub struct Soak {
     pub churn_processes: u64,
     #[serde(default)]
     pub churn_args: Vec<String>,
+    /// Highest RSS seen after the warm-up (during map reads); `rss_*_kib` and `samples`
+    /// are the lowest of each 2 s burst of samples (between reads).
+    #[serde(default)]
+    pub peak_kib: u64,
     pub date_utc: String,
 }
 
@@ -661,7 +665,9 @@ pub fn render_markdown(r: &BenchResults) -> String {
                 s,
                 "`lockscope serve --interval 1s` for {:.0} minutes under `lockscope workload \
                  {}`{}, scraped every second ({} scrapes, {} failed), {}. RSS after a {:.0} s \
-                 warm-up: {:.1} MiB; at the end: {:.1} MiB ({:+.1}%, {}: within 10%). CPU: \
+                 warm-up: {:.1} MiB; at the end: {:.1} MiB ({:+.1}%, {}: within 10%); highest during a \
+                 map read: {:.1} MiB (RSS is the lowest of 20 samples over 2 s, i.e. between \
+                 map reads, whose transient buffers are as large as the kernel maps). CPU: \
                  {:.2}% of one CPU.\n",
                 k.minutes,
                 k.workload_args.join(" "),
@@ -683,6 +689,7 @@ pub fn render_markdown(r: &BenchResults) -> String {
                 k.rss_end_kib as f64 / 1024.0,
                 k.change_pct,
                 if k.within_10pct { "met" } else { "missed" },
+                k.peak_kib as f64 / 1024.0,
                 k.cpu_pct
             );
             let series: Vec<String> = k
