@@ -4,7 +4,7 @@
 use std::{
     collections::HashMap,
     sync::Mutex,
-    time::{Instant, SystemTime, UNIX_EPOCH},
+    time::{Duration, Instant, SystemTime, UNIX_EPOCH},
 };
 
 use lockscope_common::COUNTERS_LEN;
@@ -46,20 +46,45 @@ pub fn release_free_memory() {
     }
 }
 
-/// The keys whose process (`tgid` of each) has exited; tgid 0 (the idle task's
-/// interrupts) never has.
-fn exited_keys<K: Copy>(
-    keys: impl Iterator<Item = (K, u32)>,
-    alive: &mut HashMap<u32, bool>,
-) -> Vec<K> {
-    keys.filter(|&(_, tgid)| {
-        tgid != 0
-            && !*alive
-                .entry(tgid)
-                .or_insert_with(|| std::path::Path::new(&format!("/proc/{tgid}")).exists())
-    })
-    .map(|(k, _)| k)
-    .collect()
+/// How long `serve` keeps the map entries of a process after it exited: the live view
+/// and `/api/snapshot` still show a run that just ended.
+pub const FORGET_EXITED_AFTER: Duration = Duration::from_secs(60);
+
+/// Processes seen exited, and since when (bounded by the processes in the maps).
+#[derive(Debug, Default)]
+pub struct ExitTracker {
+    dead_since: HashMap<u32, Instant>,
+}
+
+impl ExitTracker {
+    /// The processes among `tgids` (those in the maps now) that have been gone for at
+    /// least `grace`, by the first read that found them gone. tgid 0 (the idle task's
+    /// interrupts) never goes.
+    pub fn expired(
+        &mut self,
+        tgids: &std::collections::BTreeSet<u32>,
+        now: Instant,
+        grace: Duration,
+        alive: impl Fn(u32) -> bool,
+    ) -> std::collections::HashSet<u32> {
+        self.dead_since.retain(|t, _| tgids.contains(t));
+        let mut out = std::collections::HashSet::new();
+        for &t in tgids {
+            if t == 0 || alive(t) {
+                self.dead_since.remove(&t);
+                continue;
+            }
+            let since = *self.dead_since.entry(t).or_insert(now);
+            if now.duration_since(since) >= grace {
+                out.insert(t);
+            }
+        }
+        out
+    }
+}
+
+fn process_alive(tgid: u32) -> bool {
+    std::path::Path::new(&format!("/proc/{tgid}")).exists()
 }
 
 pub struct Session {
@@ -79,6 +104,7 @@ pub struct Session {
     /// Drop the contention figures of exited processes from the kernel map after each
     /// snapshot (long-running sinks), and how many entries that dropped so far.
     forget_exited: bool,
+    exits: std::cell::RefCell<ExitTracker>,
     forgotten: std::cell::Cell<u64>,
     /// User call sites of pthread locks: process maps kept past the processes' exits.
     user_names: UserNames,
@@ -135,6 +161,7 @@ impl Session {
             stack_texts: Default::default(),
             detail: Detail::ALL,
             forget_exited: false,
+            exits: Default::default(),
             forgotten: Default::default(),
             user_names,
         })
@@ -200,17 +227,32 @@ impl Session {
         drop(texts);
         if self.forget_exited {
             use crate::source::batch::delete_keys;
-            let mut alive = HashMap::new();
+            let mut tgids = std::collections::BTreeSet::new();
+            tgids.extend(raw.stats.iter().map(|(k, _)| k.tgid));
+            tgids.extend(raw.rwsem_events.iter().map(|(k, _)| k.tgid));
+            let gone = self.exits.borrow_mut().expired(
+                &tgids,
+                Instant::now(),
+                FORGET_EXITED_AFTER,
+                process_alive,
+            );
             let ebpf = self.probes.ebpf();
-            let gone = exited_keys(raw.stats.iter().map(|(k, _)| (*k, k.tgid)), &mut alive);
-            let n = delete_keys(ebpf, "CONTENTION_STATS", &gone)?;
+            let keys: Vec<_> = raw
+                .stats
+                .iter()
+                .map(|(k, _)| *k)
+                .filter(|k| gone.contains(&k.tgid))
+                .collect();
+            let n = delete_keys(ebpf, "CONTENTION_STATS", &keys)?;
             self.forgotten.set(self.forgotten.get() + n);
             // The per-lock rwsem events too (the system totals are counters of their own).
-            let gone = exited_keys(
-                raw.rwsem_events.iter().map(|(k, _)| (*k, k.tgid)),
-                &mut alive,
-            );
-            delete_keys(ebpf, "RWSEM_EVENT_STATS", &gone)?;
+            let keys: Vec<_> = raw
+                .rwsem_events
+                .iter()
+                .map(|(k, _)| *k)
+                .filter(|k| gone.contains(&k.tgid))
+                .collect();
+            delete_keys(ebpf, "RWSEM_EVENT_STATS", &keys)?;
         }
         let wait_task = read_wait_task(self.probes.ebpf())?;
         let mut comms = with_proc_comms(&raw.comms, &raw);
@@ -464,19 +506,28 @@ mod forget_tests {
     use super::*;
 
     #[test]
-    fn only_keys_of_exited_processes_are_forgotten() {
-        let me = std::process::id();
-        let dead = u32::MAX - 1; // above any pid_max: no such process
-        let keys = [
-            ("idle", 0),
-            ("mine", me),
-            ("dead", dead),
-            ("dead again", dead),
-        ];
-        let mut alive = HashMap::new();
-        let gone = exited_keys(keys.iter().copied(), &mut alive);
-        assert_eq!(gone, ["dead", "dead again"]);
-        // Each process is looked up once.
-        assert_eq!(alive.len(), 2);
+    fn exited_processes_are_forgotten_after_the_grace_period() {
+        let mut t = ExitTracker::default();
+        let (live, dead, gone_early) = (10, 20, 30);
+        let alive = |p: u32| p == live;
+        let grace = Duration::from_secs(60);
+        let t0 = Instant::now();
+        let all: std::collections::BTreeSet<u32> = [0, live, dead].into();
+        // First seen gone: kept for the grace period.
+        assert!(t.expired(&all, t0, grace, alive).is_empty());
+        assert!(
+            t.expired(&all, t0 + Duration::from_secs(59), grace, alive)
+                .is_empty()
+        );
+        let out = t.expired(&all, t0 + grace, grace, alive);
+        assert_eq!(out, [dead].into());
+        // Processes no longer in the maps are not remembered.
+        let later: std::collections::BTreeSet<u32> = [0, live, gone_early].into();
+        assert!(t.expired(&later, t0 + grace, grace, alive).is_empty());
+        assert_eq!(t.dead_since.len(), 1);
+        // A pid in use again is alive: its clock restarts.
+        let back = |p: u32| p == live || p == gone_early;
+        assert!(t.expired(&later, t0 + grace * 3, grace, back).is_empty());
+        assert!(t.dead_since.is_empty());
     }
 }
