@@ -2,7 +2,7 @@
 //! probe (load + attach) -> source (map reads) -> decode/aggregate (Recording).
 
 use std::{
-    collections::HashMap,
+    collections::{BTreeSet, HashMap, HashSet},
     sync::Mutex,
     time::{Duration, Instant, SystemTime, UNIX_EPOCH},
 };
@@ -29,6 +29,7 @@ use crate::{
         rwsem::RT_NOTE,
     },
     source::{
+        batch::delete_keys,
         read_counters, read_lock_totals, read_snapshot, read_stacks,
         rt::{RtDrain, read_open_bursts, read_rt_counters, read_wait_task},
     },
@@ -62,13 +63,13 @@ impl ExitTracker {
     /// interrupts) never goes.
     pub fn expired(
         &mut self,
-        tgids: &std::collections::BTreeSet<u32>,
+        tgids: &BTreeSet<u32>,
         now: Instant,
         grace: Duration,
         alive: impl Fn(u32) -> bool,
-    ) -> std::collections::HashSet<u32> {
+    ) -> HashSet<u32> {
         self.dead_since.retain(|t, _| tgids.contains(t));
-        let mut out = std::collections::HashSet::new();
+        let mut out = HashSet::new();
         for &t in tgids {
             if t == 0 || alive(t) {
                 self.dead_since.remove(&t);
@@ -181,6 +182,34 @@ impl Session {
         self.forget_exited = true;
     }
 
+    /// Delete the contention and rwsem-event entries of processes gone for
+    /// [`FORGET_EXITED_AFTER`] (the rwsem system totals are counters of their own).
+    fn forget_expired(&self, raw: &crate::aggregate::RawSnapshot) -> anyhow::Result<()> {
+        let stats = raw.stats.iter().map(|(k, _)| (*k, k.tgid));
+        let events = raw.rwsem_events.iter().map(|(k, _)| (*k, k.tgid));
+        let tgids = stats
+            .clone()
+            .map(|(_, t)| t)
+            .chain(events.clone().map(|(_, t)| t))
+            .collect();
+        let gone = self.exits.borrow_mut().expired(
+            &tgids,
+            Instant::now(),
+            FORGET_EXITED_AFTER,
+            process_alive,
+        );
+        fn of<K: Copy>(keys: impl Iterator<Item = (K, u32)>, gone: &HashSet<u32>) -> Vec<K> {
+            keys.filter(|(_, t)| gone.contains(t))
+                .map(|(k, _)| k)
+                .collect()
+        }
+        let ebpf = self.probes.ebpf();
+        let n = delete_keys(ebpf, "CONTENTION_STATS", &of(stats, &gone))?;
+        self.forgotten.set(self.forgotten.get() + n);
+        delete_keys(ebpf, "RWSEM_EVENT_STATS", &of(events, &gone))?;
+        Ok(())
+    }
+
     /// Seconds since the probes were attached (frozen at `stop`).
     pub fn elapsed_s(&self) -> f64 {
         self.stopped_after
@@ -226,33 +255,7 @@ impl Session {
         let mut locks = build_locks_cached(&raw, plan, &self.names, &mut lost, &mut texts);
         drop(texts);
         if self.forget_exited {
-            use crate::source::batch::delete_keys;
-            let mut tgids = std::collections::BTreeSet::new();
-            tgids.extend(raw.stats.iter().map(|(k, _)| k.tgid));
-            tgids.extend(raw.rwsem_events.iter().map(|(k, _)| k.tgid));
-            let gone = self.exits.borrow_mut().expired(
-                &tgids,
-                Instant::now(),
-                FORGET_EXITED_AFTER,
-                process_alive,
-            );
-            let ebpf = self.probes.ebpf();
-            let keys: Vec<_> = raw
-                .stats
-                .iter()
-                .map(|(k, _)| *k)
-                .filter(|k| gone.contains(&k.tgid))
-                .collect();
-            let n = delete_keys(ebpf, "CONTENTION_STATS", &keys)?;
-            self.forgotten.set(self.forgotten.get() + n);
-            // The per-lock rwsem events too (the system totals are counters of their own).
-            let keys: Vec<_> = raw
-                .rwsem_events
-                .iter()
-                .map(|(k, _)| *k)
-                .filter(|k| gone.contains(&k.tgid))
-                .collect();
-            delete_keys(ebpf, "RWSEM_EVENT_STATS", &keys)?;
+            self.forget_expired(&raw)?;
         }
         let wait_task = read_wait_task(self.probes.ebpf())?;
         let mut comms = with_proc_comms(&raw.comms, &raw);
@@ -512,7 +515,7 @@ mod forget_tests {
         let alive = |p: u32| p == live;
         let grace = Duration::from_secs(60);
         let t0 = Instant::now();
-        let all: std::collections::BTreeSet<u32> = [0, live, dead].into();
+        let all: BTreeSet<u32> = [0, live, dead].into();
         // First seen gone: kept for the grace period.
         assert!(t.expired(&all, t0, grace, alive).is_empty());
         assert!(
@@ -522,7 +525,7 @@ mod forget_tests {
         let out = t.expired(&all, t0 + grace, grace, alive);
         assert_eq!(out, [dead].into());
         // Processes no longer in the maps are not remembered.
-        let later: std::collections::BTreeSet<u32> = [0, live, gone_early].into();
+        let later: BTreeSet<u32> = [0, live, gone_early].into();
         assert!(t.expired(&later, t0 + grace, grace, alive).is_empty());
         assert_eq!(t.dead_since.len(), 1);
         // A pid in use again is alive: its clock restarts.

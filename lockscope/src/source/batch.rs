@@ -80,15 +80,7 @@ fn lookup_batch(
         };
         // SAFETY: `attr` points at buffers sized for `count` keys and values, and at
         // 8-byte batch tokens; the kernel writes at most that much.
-        let r = unsafe {
-            libc::syscall(
-                libc::SYS_bpf,
-                BPF_MAP_LOOKUP_BATCH,
-                &mut attr as *mut BatchAttr,
-                size_of::<BatchAttr>() as u32,
-            )
-        };
-        let err = (r < 0).then(|| std::io::Error::last_os_error().raw_os_error().unwrap_or(0));
+        let err = unsafe { bpf(BPF_MAP_LOOKUP_BATCH, &mut attr) }.err();
         match err {
             Some(libc::EINVAL | libc::ENOTSUP | libc::EOPNOTSUPP | libc::ENOSYS) if first => {
                 return Ok(Batch::Unsupported);
@@ -122,6 +114,21 @@ fn lookup_batch(
 
 const BPF_MAP_DELETE_ELEM: libc::c_long = 3;
 
+/// The `bpf(2)` syscall with `attr` as its `union bpf_attr`; the errno on failure.
+///
+/// # Safety
+/// Every pointer in `attr` must be valid for what `cmd` reads and writes.
+unsafe fn bpf<A>(cmd: libc::c_long, attr: &mut A) -> Result<(), i32> {
+    // SAFETY: the caller vouches for the pointers inside `attr`; `attr` itself is a
+    // valid, writable `A` of the size passed.
+    let r = unsafe { libc::syscall(libc::SYS_bpf, cmd, attr as *mut A, size_of::<A>() as u32) };
+    if r < 0 {
+        Err(std::io::Error::last_os_error().raw_os_error().unwrap_or(0))
+    } else {
+        Ok(())
+    }
+}
+
 /// `union bpf_attr`, the element-operation member.
 #[repr(C)]
 #[derive(Default)]
@@ -146,20 +153,12 @@ pub fn delete_keys<K: Pod>(ebpf: &Ebpf, name: &str, keys: &[K]) -> anyhow::Resul
         };
         // SAFETY: `attr.key` points at a whole `K`, the map's key type; the kernel only
         // reads it.
-        let r = unsafe {
-            libc::syscall(
-                libc::SYS_bpf,
-                BPF_MAP_DELETE_ELEM,
-                &mut attr as *mut ElemAttr,
-                size_of::<ElemAttr>() as u32,
-            )
-        };
-        if r == 0 {
-            deleted += 1;
-        } else {
-            let e = std::io::Error::last_os_error();
-            if e.raw_os_error() != Some(libc::ENOENT) {
-                return Err(e).with_context(|| format!("deleting from {name}"));
+        match unsafe { bpf(BPF_MAP_DELETE_ELEM, &mut attr) } {
+            Ok(()) => deleted += 1,
+            Err(libc::ENOENT) => {}
+            Err(e) => {
+                return Err(std::io::Error::from_raw_os_error(e))
+                    .with_context(|| format!("deleting from {name}"));
             }
         }
     }
