@@ -29,6 +29,9 @@
 //! locks = 256                 # locks (by total wait) that keep callers and tasks
 //! callers_per_lock = 16       # call stacks kept per such lock (by total wait)
 //! tasks_per_lock = 16         # processes kept per such lock
+//! forget_exited_after = "60s" # an exited process's entries and lock names are then
+//!                             # deleted from the kernel maps (its figures stay in
+//!                             # the metrics' `other`)
 //! ```
 
 use std::{
@@ -69,6 +72,7 @@ pub struct SnapshotConfig {
     pub locks: usize,
     pub callers_per_lock: usize,
     pub tasks_per_lock: usize,
+    pub forget_exited_after: Option<String>,
 }
 
 impl Default for SnapshotConfig {
@@ -78,9 +82,14 @@ impl Default for SnapshotConfig {
             locks: d.locks,
             callers_per_lock: d.callers_per_lock,
             tasks_per_lock: d.tasks_per_lock,
+            forget_exited_after: None,
         }
     }
 }
+
+/// How long `serve` keeps the map entries of a process after it exited: the live view
+/// and `/api/snapshot` still show a run that just ended.
+pub const DEFAULT_FORGET_EXITED_AFTER: Duration = Duration::from_secs(60);
 
 /// More detail than this per refresh is no longer "bounded" in any useful sense.
 pub const MAX_SNAPSHOT_DETAIL: usize = 100_000;
@@ -181,6 +190,8 @@ pub struct ServeSettings {
     pub top_locks: usize,
     /// Per-lock detail kept per refresh.
     pub detail: Detail,
+    /// How long an exited process's map entries and lock names are kept.
+    pub forget_exited_after: Duration,
     /// Indices `i` of the log2 buckets whose upper bounds (`2^(i+1)` ns) become `le` bounds.
     pub bucket_bounds: Vec<usize>,
 }
@@ -300,6 +311,17 @@ impl ConfigFile {
                 bail!("snapshot.{key}: must be at most {MAX_SNAPSHOT_DETAIL}, got {v}");
             }
         }
+        let forget_exited_after = match &sn.forget_exited_after {
+            None => DEFAULT_FORGET_EXITED_AFTER,
+            Some(text) => {
+                let d = parse_duration(text)
+                    .map_err(|e| anyhow::anyhow!("snapshot.forget_exited_after: {e}"))?;
+                if d < Duration::from_secs(1) || d > Duration::from_secs(24 * 3600) {
+                    bail!("snapshot.forget_exited_after: must be between 1s and 24h, got {text}");
+                }
+                d
+            }
+        };
         Ok(ServeSettings {
             listen,
             interval,
@@ -313,6 +335,7 @@ impl ConfigFile {
                 tasks_per_lock: sn.tasks_per_lock,
                 ..Detail::DAEMON
             },
+            forget_exited_after,
             bucket_bounds,
         })
     }
@@ -434,6 +457,7 @@ mod tests {
         assert_eq!(s.target, Target::System);
         assert_eq!(s.types, None);
         assert_eq!(s.top_locks, DEFAULT_TOP_LOCKS);
+        assert_eq!(s.forget_exited_after, DEFAULT_FORGET_EXITED_AFTER);
         // 2^10 ns (1.024 us) up to 2^32 ns (4.29 s), factor 4.
         assert_eq!(
             s.bucket_bounds,
@@ -461,9 +485,11 @@ mod tests {
             [snapshot]
             locks = 10
             callers_per_lock = 0
+            forget_exited_after = "5m"
             "#,
         )
         .unwrap();
+        assert_eq!(s.forget_exited_after, Duration::from_secs(300));
         assert_eq!(
             s.detail,
             Detail {
@@ -528,6 +554,15 @@ mod tests {
         let e = err("[snapshot]\ntasks_per_lock = 1000000");
         assert!(e.starts_with("snapshot.tasks_per_lock:"), "{e}");
         assert!(err("[snapshot]\ncallers = 3").contains("unknown field `callers`"));
+        for bad in ["500ms", "2d", "soon"] {
+            let e = err(&format!("[snapshot]\nforget_exited_after = \"{bad}\""));
+            assert!(e.starts_with("snapshot.forget_exited_after:"), "{bad}: {e}");
+        }
+        let e = err("[snapshot]\nforget_exited_after = 60");
+        assert!(
+            e.contains("line 2") && e.contains("expected a string"),
+            "{e}"
+        );
         let e = err("[metrics.histogram]\nfactor = 3");
         assert!(e.starts_with("metrics.histogram.factor:"), "{e}");
         let e = err("[metrics.histogram]\nmin_seconds = -1");

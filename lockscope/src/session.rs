@@ -47,10 +47,6 @@ pub fn release_free_memory() {
     }
 }
 
-/// How long `serve` keeps the map entries of a process after it exited: the live view
-/// and `/api/snapshot` still show a run that just ended.
-pub const FORGET_EXITED_AFTER: Duration = Duration::from_secs(60);
-
 /// Processes seen exited, and since when (bounded by the processes in the maps).
 #[derive(Debug, Default)]
 pub struct ExitTracker {
@@ -84,6 +80,60 @@ impl ExitTracker {
     }
 }
 
+/// The map keys to delete for processes gone long enough.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Forgettable {
+    /// `CONTENTION_STATS`: the gone processes' waits, and every wait on a lock they owned.
+    pub stats: Vec<lockscope_common::ContentionKey>,
+    /// `RWSEM_EVENT_STATS`: the gone processes' rwsem events, and every event on a lock
+    /// they owned.
+    pub rwsem_events: Vec<lockscope_common::RwsemEventKey>,
+    /// `LOCK_INFO`: the names of the locks they owned (`mmap_lock`, `siglock`,
+    /// `pi_lock`). Their memory is reused by later processes, which would otherwise
+    /// inherit the name (the kernel names a lock once, the first time it sees it).
+    pub lock_info: Vec<u64>,
+}
+
+/// The processes a read can forget: waiters, rwsem-event owners and lock owners.
+pub fn forget_candidates(raw: &crate::aggregate::RawSnapshot) -> BTreeSet<u32> {
+    raw.stats
+        .iter()
+        .map(|(k, _)| k.tgid)
+        .chain(raw.rwsem_events.iter().map(|(k, _)| k.tgid))
+        .chain(raw.lock_info.values().map(|i| i.tgid))
+        .collect()
+}
+
+/// What to delete from the maps once the processes in `gone` are forgotten.
+pub fn forgettable(raw: &crate::aggregate::RawSnapshot, gone: &HashSet<u32>) -> Forgettable {
+    if gone.is_empty() {
+        return Forgettable::default();
+    }
+    let owned: HashSet<u64> = raw
+        .lock_info
+        .iter()
+        .filter(|(_, i)| gone.contains(&i.tgid))
+        .map(|(&lock, _)| lock)
+        .collect();
+    let mut lock_info: Vec<u64> = owned.iter().copied().collect();
+    lock_info.sort_unstable();
+    Forgettable {
+        stats: raw
+            .stats
+            .iter()
+            .filter(|(k, _)| gone.contains(&k.tgid) || owned.contains(&k.lock))
+            .map(|(k, _)| *k)
+            .collect(),
+        rwsem_events: raw
+            .rwsem_events
+            .iter()
+            .filter(|(k, _)| gone.contains(&k.tgid) || owned.contains(&k.lock))
+            .map(|(k, _)| *k)
+            .collect(),
+        lock_info,
+    }
+}
+
 fn process_alive(tgid: u32) -> bool {
     std::path::Path::new(&format!("/proc/{tgid}")).exists()
 }
@@ -104,7 +154,7 @@ pub struct Session {
     detail: Detail,
     /// Drop the contention figures of exited processes from the kernel map after each
     /// snapshot (long-running sinks), and how many entries that dropped so far.
-    forget_exited: bool,
+    forget_exited: Option<Duration>,
     exits: std::cell::RefCell<ExitTracker>,
     forgotten: std::cell::Cell<u64>,
     /// User call sites of pthread locks: process maps kept past the processes' exits.
@@ -161,7 +211,7 @@ impl Session {
                 .map(|ts| ts.iter().copied().filter(|t| t.is_user()).collect()),
             stack_texts: Default::default(),
             detail: Detail::ALL,
-            forget_exited: false,
+            forget_exited: None,
             exits: Default::default(),
             forgotten: Default::default(),
             user_names,
@@ -178,35 +228,30 @@ impl Session {
     /// from the kernel map: a daemon's maps and memory then follow the live processes,
     /// not every process since start. The snapshot that sees an exited process still
     /// has its figures (metrics keep them, folded into `lock="other"` afterwards).
-    pub fn forget_exited(&mut self) {
-        self.forget_exited = true;
+    pub fn forget_exited(&mut self, after: Duration) {
+        self.forget_exited = Some(after);
     }
 
     /// Delete the contention and rwsem-event entries of processes gone for
-    /// [`FORGET_EXITED_AFTER`] (the rwsem system totals are counters of their own).
-    fn forget_expired(&self, raw: &crate::aggregate::RawSnapshot) -> anyhow::Result<()> {
-        let stats = raw.stats.iter().map(|(k, _)| (*k, k.tgid));
-        let events = raw.rwsem_events.iter().map(|(k, _)| (*k, k.tgid));
-        let tgids = stats
-            .clone()
-            .map(|(_, t)| t)
-            .chain(events.clone().map(|(_, t)| t))
-            .collect();
+    /// `after`, and the names of the locks they owned (see
+    /// [`forgettable`]; the rwsem system totals are counters of their own).
+    fn forget_expired(
+        &self,
+        raw: &crate::aggregate::RawSnapshot,
+        after: Duration,
+    ) -> anyhow::Result<()> {
         let gone = self.exits.borrow_mut().expired(
-            &tgids,
+            &forget_candidates(raw),
             Instant::now(),
-            FORGET_EXITED_AFTER,
+            after,
             process_alive,
         );
-        fn of<K: Copy>(keys: impl Iterator<Item = (K, u32)>, gone: &HashSet<u32>) -> Vec<K> {
-            keys.filter(|(_, t)| gone.contains(t))
-                .map(|(k, _)| k)
-                .collect()
-        }
+        let forget = forgettable(raw, &gone);
         let ebpf = self.probes.ebpf();
-        let n = delete_keys(ebpf, "CONTENTION_STATS", &of(stats, &gone))?;
+        let n = delete_keys(ebpf, "CONTENTION_STATS", &forget.stats)?;
         self.forgotten.set(self.forgotten.get() + n);
-        delete_keys(ebpf, "RWSEM_EVENT_STATS", &of(events, &gone))?;
+        delete_keys(ebpf, "RWSEM_EVENT_STATS", &forget.rwsem_events)?;
+        delete_keys(ebpf, "LOCK_INFO", &forget.lock_info)?;
         Ok(())
     }
 
@@ -254,8 +299,8 @@ impl Session {
         raw.stacks = read_stacks(self.probes.ebpf(), &missing)?;
         let mut locks = build_locks_cached(&raw, plan, &self.names, &mut lost, &mut texts);
         drop(texts);
-        if self.forget_exited {
-            self.forget_expired(&raw)?;
+        if let Some(after) = self.forget_exited {
+            self.forget_expired(&raw, after)?;
         }
         let wait_task = read_wait_task(self.probes.ebpf())?;
         let mut comms = with_proc_comms(&raw.comms, &raw);
@@ -532,5 +577,70 @@ mod forget_tests {
         let back = |p: u32| p == live || p == gone_early;
         assert!(t.expired(&later, t0 + grace * 3, grace, back).is_empty());
         assert!(t.dead_since.is_empty());
+    }
+
+    #[test]
+    fn forgetting_a_process_forgets_its_entries_and_the_names_of_its_locks() {
+        use crate::aggregate::{RawSnapshot, WaitStats};
+        use lockscope_common::*;
+        let (live, dead) = (10, 20);
+        let (live_mm, dead_mm, dead_pi, kernel_lock) = (0x1000, 0x2000, 0x3000, 0x4000);
+        let key = |lock: u64, tgid: u32| ContentionKey {
+            lock,
+            stack: 7,
+            tgid,
+            flags: 0,
+        };
+        let info = |kind: u32, tgid: u32| LockInfo {
+            kind,
+            tgid,
+            comm: [0; 16],
+        };
+        let raw = RawSnapshot {
+            stats: [
+                key(live_mm, live),
+                key(dead_mm, dead),
+                // A live process woke the dead one: a wait on the dead one's lock.
+                key(dead_pi, live),
+                key(kernel_lock, dead),
+                key(kernel_lock, live),
+            ]
+            .into_iter()
+            .map(|k| (k, WaitStats::default()))
+            .collect(),
+            lock_info: [
+                (live_mm, info(LOCK_KIND_MMAP_LOCK, live)),
+                (dead_mm, info(LOCK_KIND_MMAP_LOCK, dead)),
+                (dead_pi, info(LOCK_KIND_PI_LOCK, dead)),
+            ]
+            .into(),
+            rwsem_events: [(live_mm, live), (live_mm, dead), (dead_mm, live)]
+                .map(|(lock, tgid)| {
+                    let k = RwsemEventKey {
+                        lock,
+                        tgid,
+                        side: SIDE_READ,
+                    };
+                    (k, RwsemEventCounts::default())
+                })
+                .into(),
+            ..Default::default()
+        };
+        // A process that owns a named lock but never waited is still a candidate.
+        let mut only_owner = raw.clone();
+        only_owner.stats.retain(|(k, _)| k.tgid != dead);
+        only_owner.rwsem_events.retain(|(k, _)| k.tgid != dead);
+        assert_eq!(forget_candidates(&only_owner), [live, dead].into());
+
+        assert_eq!(forgettable(&raw, &HashSet::new()), Forgettable::default());
+        let f = forgettable(&raw, &[dead].into());
+        let locks: Vec<(u64, u32)> = f.stats.iter().map(|k| (k.lock, k.tgid)).collect();
+        assert_eq!(
+            locks,
+            [(dead_mm, dead), (dead_pi, live), (kernel_lock, dead)]
+        );
+        assert_eq!(f.lock_info, [dead_mm, dead_pi]);
+        let events: Vec<(u64, u32)> = f.rwsem_events.iter().map(|k| (k.lock, k.tgid)).collect();
+        assert_eq!(events, [(live_mm, dead), (dead_mm, live)]);
     }
 }

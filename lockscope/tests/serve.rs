@@ -867,3 +867,130 @@ fn serve_runs_with_only_the_systemd_units_capabilities() {
         std::fs::read_to_string(&log).unwrap()
     );
 }
+
+/// serve forgets a process `snapshot.forget_exited_after` after it exited: its waits,
+/// and the names of the locks it owned (a later process reusing the memory of its
+/// `mm_struct` must not inherit `mmap_lock of lockscope[<its pid>]`). Until then the run
+/// that just ended stays visible.
+#[test]
+fn an_exited_process_is_forgotten_with_the_names_of_its_locks() {
+    let _serial = serial();
+    require_root();
+    let dir = scratch("serve-forget");
+    let config = dir.join("lockscope.toml");
+    std::fs::write(
+        &config,
+        "interval = \"250ms\"\n[snapshot]\nforget_exited_after = \"2s\"\n",
+    )
+    .unwrap();
+    let port = free_port();
+    let log = dir.join("serve.stderr");
+    let mut serve = start_serve(
+        &[
+            "--config",
+            config.to_str().unwrap(),
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+        ],
+        &log,
+    );
+    wait_healthy(port, &mut serve, &log);
+    let snapshot = || -> Value {
+        let (status, body) = http_get(port, "/api/snapshot").unwrap();
+        assert_eq!(status, 200, "{body}");
+        serde_json::from_str(&body).unwrap()
+    };
+    let mentions = |rec: &Value, pid: u64| -> Vec<String> {
+        rec["locks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|l| {
+                l["owner"]["pid"].as_u64() == Some(pid)
+                    || l["tasks"]
+                        .as_array()
+                        .is_some_and(|t| t.iter().any(|t| t["pid"].as_u64() == Some(pid)))
+            })
+            .map(|l| l["name"].as_str().unwrap_or("?").to_owned())
+            .collect()
+    };
+
+    let mut live = Guard(
+        lockscope()
+            .args(["workload", "mmap-churn", "--seconds", "30"])
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let mut gone = lockscope()
+        .args(["workload", "mmap-churn", "--seconds", "1.5"])
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let gone_pid = gone.id() as u64;
+    // This (live) process reads the other one's maps while it churns: waits on the
+    // exited process's mmap_lock by a process that stays.
+    let reader = thread::spawn(move || {
+        let path = format!("/proc/{gone_pid}/maps");
+        while std::fs::read(&path).is_ok() {}
+    });
+    assert!(gone.wait().unwrap().success());
+    let exited = Instant::now();
+    reader.join().unwrap();
+    let rec = snapshot();
+    let entries = mmap_lock_entries(&rec, Some(gone_pid));
+    assert!(
+        !entries.is_empty(),
+        "the process that just exited still shows its mmap_lock: {:?}",
+        mentions(&rec, gone_pid)
+    );
+    let me = std::process::id() as u64;
+    assert!(
+        entries.iter().any(|l| l["tasks"]
+            .as_array()
+            .is_some_and(|t| t.iter().any(|t| t["pid"].as_u64() == Some(me)))),
+        "this process waited on the exited one's mmap_lock: {entries:#?}"
+    );
+    let addrs: Vec<String> = entries
+        .iter()
+        .map(|l| l["addr"].as_str().unwrap().to_owned())
+        .collect();
+    let rec = wait_until(
+        "serve to forget the exited process",
+        Duration::from_secs(20),
+        || {
+            let rec = snapshot();
+            mentions(&rec, gone_pid).is_empty().then_some(rec)
+        },
+    );
+    // Nor is its lock left behind unnamed, with this process's waits.
+    let left: Vec<&Value> = rec["locks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|l| addrs.iter().any(|a| l["addr"] == a.as_str()))
+        .collect();
+    assert!(left.is_empty(), "{left:#?}");
+    let after = exited.elapsed();
+    assert!(
+        after >= Duration::from_secs(2),
+        "forgotten {after:?} after its exit, before forget_exited_after (2s)"
+    );
+    // The live process keeps its entries and its lock's name.
+    let live_pid = live.0.id() as u64;
+    assert!(
+        !mmap_lock_entries(&rec, Some(live_pid)).is_empty(),
+        "{:?}",
+        mentions(&rec, live_pid)
+    );
+    let _ = live.0.kill();
+    assert_eq!(unsafe { libc::kill(serve.0.id() as i32, libc::SIGTERM) }, 0);
+    let status = wait_until("serve to exit", Duration::from_secs(15), || {
+        serve.0.try_wait().unwrap()
+    });
+    assert!(
+        status.success(),
+        "{}",
+        std::fs::read_to_string(&log).unwrap()
+    );
+}

@@ -91,7 +91,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         describe_target(&settings.target),
     )?;
     session.set_detail(settings.detail);
-    session.forget_exited();
+    session.forget_exited(settings.forget_exited_after);
     // Kernel BPF run statistics, on only while this fd is open (closed at exit, even
     // on a crash, which restores the previous state).
     let bpf_stats = match aya::sys::enable_stats(aya::sys::Stats::RunTime) {
