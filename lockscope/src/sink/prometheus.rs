@@ -164,6 +164,26 @@ pub trait Folded: Clone + Default {
     /// Ranking key: total wait (ns).
     fn rank(&self) -> u64;
     fn is_zero(&self) -> bool;
+    /// Is some additive figure of `self` below `prev`'s?
+    fn fell_below(&self, prev: &Self) -> bool;
+    /// Add `o`'s additive figures (even where its count is 0).
+    fn add_counts(&mut self, o: &Self);
+}
+
+fn wait_fell_below(cur: &WaitStats, prev: &WaitStats) -> bool {
+    cur.count < prev.count
+        || cur.failed < prev.failed
+        || cur.total_ns < prev.total_ns
+        || cur.hist.iter().zip(prev.hist.iter()).any(|(c, p)| c < p)
+}
+
+fn wait_add_counts(to: &mut WaitStats, o: &WaitStats) {
+    to.count += o.count;
+    to.failed += o.failed;
+    to.total_ns += o.total_ns;
+    for (a, b) in to.hist.iter_mut().zip(o.hist.iter()) {
+        *a += b;
+    }
 }
 
 impl Folded for WaitStats {
@@ -178,6 +198,12 @@ impl Folded for WaitStats {
     }
     fn is_zero(&self) -> bool {
         self.count == 0
+    }
+    fn fell_below(&self, prev: &Self) -> bool {
+        wait_fell_below(self, prev)
+    }
+    fn add_counts(&mut self, o: &Self) {
+        wait_add_counts(self, o)
     }
 }
 
@@ -198,6 +224,10 @@ pub struct TopSeries<V> {
     base: HashMap<SeriesKey, V>,
     /// Figures of locks no longer in the recording, kept in their `other` group.
     retired: BTreeMap<SeriesKey, V>,
+    /// Figures already reported for a lock that is still in the recording but lost
+    /// some of its entries (`serve` forgot an exited process's waits on a lock others
+    /// use): added back, so that its series never goes down.
+    carry: HashMap<SeriesKey, V>,
 }
 
 impl<V> Default for TopSeries<V> {
@@ -206,6 +236,7 @@ impl<V> Default for TopSeries<V> {
             prev: HashMap::new(),
             base: HashMap::new(),
             retired: BTreeMap::new(),
+            carry: HashMap::new(),
         }
     }
 }
@@ -227,6 +258,23 @@ impl<V: Folded> TopSeries<V> {
         top_n: usize,
         group: impl Fn(&SeriesKey) -> String,
     ) -> Vec<(SeriesKey, V)> {
+        let cur: HashMap<SeriesKey, V> = cur
+            .into_iter()
+            .map(|(key, mut v)| {
+                if let Some(c) = self.carry.get(&key) {
+                    v.add_counts(c);
+                }
+                if let Some(prev) = self.prev.get(&key)
+                    && v.fell_below(prev)
+                {
+                    let lost = prev.minus(&v);
+                    v.add_counts(&lost);
+                    self.carry.entry(key.clone()).or_default().add_counts(&lost);
+                }
+                (key, v)
+            })
+            .collect();
+        self.carry.retain(|k, _| cur.contains_key(k));
         let mut ranked: Vec<(&SeriesKey, &V)> = cur.iter().collect();
         ranked.sort_by(|a, b| b.1.rank().cmp(&a.1.rank()).then_with(|| a.0.cmp(b.0)));
         ranked.truncate(top_n);
@@ -318,6 +366,13 @@ impl Folded for FutexFigures {
     }
     fn is_zero(&self) -> bool {
         self.wait.count == 0 && self.wakes == 0
+    }
+    fn fell_below(&self, prev: &Self) -> bool {
+        wait_fell_below(&self.wait, &prev.wait) || self.wakes < prev.wakes
+    }
+    fn add_counts(&mut self, o: &Self) {
+        wait_add_counts(&mut self.wait, &o.wait);
+        self.wakes += o.wakes;
     }
 }
 
@@ -1157,6 +1212,33 @@ mod tests {
             1,
         );
         assert_eq!(fin.iter().map(|s| s.stats.count).sum::<u64>(), 313);
+    }
+
+    #[test]
+    fn a_lock_that_loses_entries_keeps_its_series_monotonic() {
+        // serve forgets an exited process's waits on a lock others still use: the lock
+        // stays in the recording with lower figures. `lock(name, t, ns per wait, waits)`.
+        let t = LockType::Mutex;
+        let mut series = LockSeries::default();
+        let mut step = |a: Option<u64>, b: u64| {
+            let mut locks = vec![lock("b", t, 10, b)];
+            locks.extend(a.map(|n| lock("a", t, 100, n)));
+            let s = series.update(&rec_with(locks), 1);
+            let get = |name: &str| {
+                s.iter()
+                    .find(|s| s.lock == name)
+                    .map(|s| (s.stats.count, s.stats.total_ns, s.stats.hist_total()))
+            };
+            (get("a"), get(OTHER))
+        };
+        assert_eq!(step(Some(10), 5), (Some((10, 1000, 10)), Some((5, 50, 5))));
+        // a loses 6 of its 10 waits, b 3 of its 5: nothing goes down.
+        assert_eq!(step(Some(4), 2), (Some((10, 1000, 10)), Some((5, 50, 5))));
+        // New waits count from there: a +2, b +1.
+        assert_eq!(step(Some(6), 3), (Some((12, 1200, 12)), Some((6, 60, 6))));
+        // a vanishes: its series ends; other keeps b's carried figures.
+        assert_eq!(step(None, 3), (None, Some((6, 60, 6))));
+        assert_eq!(series.0.carry.len(), 1);
     }
 
     fn full_text(rec: &Recording, o: &MetricsOptions) -> String {
