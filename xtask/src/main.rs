@@ -97,8 +97,8 @@ enum Cmd {
 
     /// Boot other kernels under QEMU and check the deep probe tier there.
     #[command(
-        long_about = "Boot Debian kernels under `qemu-system-x86_64 -accel tcg` (KVM \
-        guests hang on these machines) with an initramfs built here: busybox, the release \
+        long_about = "Boot Debian kernels under `qemu-system-x86_64 -accel tcg,thread=single` \
+        (KVM guests hang on these machines) with an initramfs built here: busybox, the release \
         lockscope binary and its shared libraries, and an /init that mounts proc, sys, \
         tracefs, debugfs and bpffs, runs `lockscope doctor` and records the built-in \
         mmap-churn and mmap-handoff workloads. The host then checks the recordings: the \
@@ -107,7 +107,9 @@ enum Cmd {
         that events which do not exist there are reported as n/a.\n\n\
         Installs qemu-system-x86, busybox-static and the kernel packages when missing. \
         Serial logs are kept in target/vm/. Fails on any failed check or a guest that \
-        does not finish within 7 minutes (qemu is killed)."
+        does not finish within 15 minutes (qemu is killed). A guest that dies prints the \
+        step it died in and its kernel's last lines; one killed by an `int3` Oops (the \
+        emulator's code-patching race) is booted once more, and the second boot decides."
     )]
     VmTest {
         /// Which kernel: 6.1 (linux-image-amd64), 6.12 (linux-image-6.12-amd64),
