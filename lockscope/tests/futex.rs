@@ -41,6 +41,15 @@ fn field(entry: &Value, key: &str) -> u64 {
 
 fn assert_nothing_lost(rec: &Value) {
     for (k, v) in rec["lost"].as_object().unwrap() {
+        if k == "end_missed" {
+            // Kernel lock waits (not futex figures) whose `contention_end` the kernel
+            // never ran: it skips a program that fires inside itself, as when a map
+            // update in `contention_end` contends on the map's own bucket lock. Rare
+            // (once in a full test run, 2026-11-30) and counted; a broken pairing would
+            // lose thousands.
+            assert!(v.as_u64().is_some_and(|n| n <= 10), "lost {k}: {rec:#}");
+            continue;
+        }
         assert_eq!(v.as_u64(), Some(0), "lost {k}: {rec:#}");
     }
     let ev = &rec["futex_events"];

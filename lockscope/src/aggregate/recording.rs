@@ -539,16 +539,34 @@ pub fn lock_identity(raw: &RawSnapshot, names: &dyn Names, addr: u64) -> (String
     }
 }
 
+/// The kernel's own path through a stack: tracing frames dropped wherever they are. A
+/// BPF trampoline (fentry/fexit on a function `f`) sits mid-stack between `f`'s body and
+/// `f`'s patched entry that jumped to it (`f+0x3d`, trampoline, `f+0x9`): that entry
+/// frame repeats `f` and is dropped too.
+pub fn kernel_path(frames: Vec<Frame>) -> Vec<Frame> {
+    let function = |f: &Frame| f.text.split('+').next().unwrap_or_default().to_owned();
+    let mut out: Vec<Frame> = Vec::with_capacity(frames.len());
+    let mut after_tracing = false;
+    for f in frames {
+        if f.tracing {
+            after_tracing = true;
+            continue;
+        }
+        let reentry = after_tracing && out.last().is_some_and(|p| function(p) == function(&f));
+        after_tracing = false;
+        if !reentry {
+            out.push(f);
+        }
+    }
+    out
+}
+
 /// (caller, stack) of a stack id; stacks that could not be stored are `[unknown]`.
 fn describe_stack(stack: Option<&Vec<u64>>, names: &dyn Names) -> (String, Vec<String>) {
     let Some(stack) = stack else {
         return (UNKNOWN_CALLER.to_owned(), Vec::new());
     };
-    let frames: Vec<Frame> = names
-        .frames(stack)
-        .into_iter()
-        .skip_while(|f| f.tracing)
-        .collect();
+    let frames = kernel_path(names.frames(stack));
     let caller = frames
         .iter()
         .find(|f| !f.lock_internal && !f.tracing)
@@ -617,6 +635,46 @@ pub(crate) mod tests {
                 })
                 .collect()
         }
+    }
+
+    #[test]
+    fn trampoline_frames_and_the_entry_that_jumped_to_them_leave_the_path() {
+        let frame = |text: &str| Frame {
+            addr: 0,
+            text: text.to_owned(),
+            tracing: crate::symbolize::is_tracing_frame(text),
+            lock_internal: false,
+        };
+        let texts = |v: Vec<Frame>| v.into_iter().map(|f| f.text).collect::<Vec<_>>();
+        // A waiter's stack under an fexit trampoline on _raw_spin_lock_irqsave (seen
+        // on 6.12-rt): the trampoline's frame takes the nearest BPF symbol's name.
+        let stack = [
+            "bpf_prog_4f2a_spin_slowpath_fentry+0x52",
+            "native_queued_spin_lock_slowpath+0x9",
+            "_raw_spin_lock_irqsave+0x3d",
+            "bpf_prog_c1b0_pthread_lock_return+0x395d",
+            "_raw_spin_lock_irqsave+0x9",
+            "sched_getaffinity+0x61",
+            "do_syscall_64+0x87",
+        ];
+        assert_eq!(
+            texts(kernel_path(stack.map(frame).into())),
+            [
+                "native_queued_spin_lock_slowpath+0x9",
+                "_raw_spin_lock_irqsave+0x3d",
+                "sched_getaffinity+0x61",
+                "do_syscall_64+0x87"
+            ]
+        );
+        // Recursion without a trampoline in between is kept.
+        let plain = ["f+0x10", "f+0x20", "g+0x1"];
+        assert_eq!(texts(kernel_path(plain.map(frame).into())), plain);
+        // A trampoline between different functions drops only itself.
+        let other = ["f+0x10", "bpf_trampoline_1+0x40", "g+0x1"];
+        assert_eq!(
+            texts(kernel_path(other.map(frame).into())),
+            ["f+0x10", "g+0x1"]
+        );
     }
 
     pub fn wait(ns: u64, n: u64) -> WaitStats {

@@ -233,11 +233,8 @@ impl EpisodeNames for Lookup<'_> {
     }
     fn stack(&self, hash: u64) -> Vec<String> {
         match self.raw.stacks.get(&hash) {
-            Some(s) => self
-                .names
-                .frames(s)
+            Some(s) => super::recording::kernel_path(self.names.frames(s))
                 .into_iter()
-                .skip_while(|f| f.tracing)
                 .map(|f| f.text)
                 .collect(),
             None => Vec::new(),

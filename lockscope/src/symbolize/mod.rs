@@ -20,6 +20,7 @@ pub fn is_tracing_frame(name: &str) -> bool {
         || name.starts_with("__traceiter_")
         || name.starts_with("trace_contention_")
         || name.starts_with("__bpf_prog_")
+        || name.starts_with("bpf_trampoline_")
 }
 
 /// `name+0xoff`.
