@@ -261,14 +261,17 @@ ptrace_rt() {
     started=$(date +%s)
     (
         n=0
-        while ! pidof cyclictest >/dev/null; do
+        while ! cpid=$(pidof cyclictest); do
             n=$((n + 1))
             if [ "$n" -gt 600 ]; then echo "storm rc=no cyclictest within 60 s"; exit 1; fi
             sleep 0.1
         done
         lockscope workload ptrace-storm --tracers 2 --seconds 2 >/tmp/storm.out 2>&1
         echo "storm rc=$?"
-        if pidof cyclictest >/dev/null; then inside=yes; else inside=no; fi
+        # Builtins only from here: a process forked now could take the memory of a
+        # tracee's task_struct, and its pi_lock's name with it (lock names are per
+        # address; README, "Memory stays flat").
+        if kill -0 $cpid 2>/dev/null; then inside=yes; else inside=no; fi
         echo "storm inside recording: $inside"
     ) >/tmp/storm.log 2>&1 &
     lockscope record -a --latency-threshold PTRACE_RT_THRESHOLD -n 0 -o /tmp/ptrace-rt.json -- \
