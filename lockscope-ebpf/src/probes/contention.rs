@@ -252,15 +252,6 @@ fn name_lock(cfg: &ProbeConfig, lock: u64) {
     }
 }
 
-/// A new task's `pi_lock` may sit where a freed task's was: drop the freed task's name,
-/// so that the lock is named after the new task when it is next contended (the name is
-/// stored once per address, the first time the lock is seen).
-#[inline(always)]
-pub fn forget_task_pi_lock_name(task: u64) {
-    let cfg = CONFIG.load();
-    let _ = LOCK_INFO.remove(task + cfg.off_task_pi_lock as u64);
-}
-
 /// A spinlock at `task + offsetof(pi_lock)` of a task the task set confirms is alive
 /// (the waiter is someone else: a waker, a tracer) is that task's `pi_lock`.
 #[inline(never)]

@@ -129,7 +129,6 @@ pub fn pi_lock_task(lock: u64) -> Option<(u64, LiveTask)> {
 #[btf_tracepoint(function = "sched_process_fork")]
 pub fn rt_task_fork(ctx: BtfTracePointContext) -> i32 {
     let child: u64 = ctx.arg(1);
-    crate::probes::contention::forget_task_pi_lock_name(child);
     remember_task(child);
     0
 }

@@ -221,7 +221,6 @@ pub fn spin_task_iter(ctx: *mut core::ffi::c_void) -> i32 {
 #[btf_tracepoint(function = "sched_process_fork")]
 pub fn spin_task_fork(ctx: BtfTracePointContext) -> i32 {
     let child: u64 = ctx.arg(1);
-    crate::probes::contention::forget_task_pi_lock_name(child);
     watch_task(child);
     0
 }
