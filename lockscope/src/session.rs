@@ -117,18 +117,19 @@ pub fn forgettable(raw: &crate::aggregate::RawSnapshot, gone: &HashSet<u32>) -> 
         .collect();
     let mut lock_info: Vec<u64> = owned.iter().copied().collect();
     lock_info.sort_unstable();
+    let forgotten = |lock: u64, tgid: u32| gone.contains(&tgid) || owned.contains(&lock);
     Forgettable {
         stats: raw
             .stats
             .iter()
-            .filter(|(k, _)| gone.contains(&k.tgid) || owned.contains(&k.lock))
             .map(|(k, _)| *k)
+            .filter(|k| forgotten(k.lock, k.tgid))
             .collect(),
         rwsem_events: raw
             .rwsem_events
             .iter()
-            .filter(|(k, _)| gone.contains(&k.tgid) || owned.contains(&k.lock))
             .map(|(k, _)| *k)
+            .filter(|k| forgotten(k.lock, k.tgid))
             .collect(),
         lock_info,
     }

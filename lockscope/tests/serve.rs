@@ -193,6 +193,17 @@ fn wait_healthy(port: u16, serve: &mut Guard, stderr: &Path) {
     });
 }
 
+/// Send `signal` to serve and wait for it to exit 0; returns its stderr log.
+fn stop_serve(serve: &mut Guard, signal: i32, log: &Path) -> String {
+    assert_eq!(unsafe { libc::kill(serve.0.id() as i32, signal) }, 0);
+    let status = wait_until("serve to exit", Duration::from_secs(15), || {
+        serve.0.try_wait().unwrap()
+    });
+    let text = std::fs::read_to_string(log).unwrap();
+    assert!(status.success(), "{status}: {text}");
+    text
+}
+
 /// Query Prometheus's HTTP API: the first result's value, if any.
 fn prom_query(port: u16, query: &str) -> Option<f64> {
     let (status, body) =
@@ -654,12 +665,7 @@ fn prometheus_scrapes_serve_while_mmap_churn_runs() {
     }
 
     // SIGTERM: exit 0, every program and link gone, BPF stats state restored.
-    assert_eq!(unsafe { libc::kill(serve.0.id() as i32, libc::SIGTERM) }, 0);
-    let status = wait_until("serve to exit", Duration::from_secs(15), || {
-        serve.0.try_wait().unwrap()
-    });
-    let log = std::fs::read_to_string(&serve_log).unwrap();
-    assert!(status.success(), "{status}: {log}");
+    let log = stop_serve(&mut serve, libc::SIGTERM, &serve_log);
     assert!(
         log.contains("SIGTERM: stopped serving, probes detached"),
         "{log}"
@@ -696,15 +702,7 @@ fn sigint_detaches_and_exits_zero() {
     let rec: Value = serde_json::from_str(&body).unwrap();
     assert_eq!(rec["target"], "pid 1");
 
-    assert_eq!(unsafe { libc::kill(serve.0.id() as i32, libc::SIGINT) }, 0);
-    let status = wait_until("serve to exit", Duration::from_secs(15), || {
-        serve.0.try_wait().unwrap()
-    });
-    assert!(
-        status.success(),
-        "{}",
-        std::fs::read_to_string(&log).unwrap()
-    );
+    stop_serve(&mut serve, libc::SIGINT, &log);
     let left: Vec<_> = ours.intersection(&loaded_bpf_ids()).cloned().collect();
     assert!(left.is_empty(), "left attached after exit: {left:?}");
 }
@@ -857,15 +855,7 @@ fn serve_runs_with_only_the_systemd_units_capabilities() {
             .contains("needs CAP_SYS_ADMIN")
     );
 
-    assert_eq!(unsafe { libc::kill(serve.0.id() as i32, libc::SIGTERM) }, 0);
-    let status = wait_until("serve to exit", Duration::from_secs(15), || {
-        serve.0.try_wait().unwrap()
-    });
-    assert!(
-        status.success(),
-        "{}",
-        std::fs::read_to_string(&log).unwrap()
-    );
+    stop_serve(&mut serve, libc::SIGTERM, &log);
 }
 
 /// serve forgets a process `snapshot.forget_exited_after` after it exited: its waits,
@@ -984,13 +974,5 @@ fn an_exited_process_is_forgotten_with_the_names_of_its_locks() {
         mentions(&rec, live_pid)
     );
     let _ = live.0.kill();
-    assert_eq!(unsafe { libc::kill(serve.0.id() as i32, libc::SIGTERM) }, 0);
-    let status = wait_until("serve to exit", Duration::from_secs(15), || {
-        serve.0.try_wait().unwrap()
-    });
-    assert!(
-        status.success(),
-        "{}",
-        std::fs::read_to_string(&log).unwrap()
-    );
+    stop_serve(&mut serve, libc::SIGTERM, &log);
 }
