@@ -79,8 +79,9 @@ fn mmap_churn_contends_its_mmap_lock_for_read_and_write() {
         .get("rwsem:W")
         .expect("rwsem:W waits on the workload's mmap_lock");
     for l in [read, write] {
-        // Thousands of waits per second on these machines; 3 s of it is far above this.
-        assert!(stat(l, "contended") >= 1_000, "too few waits: {l}");
+        // Thousands of waits per second on an idle machine of this kind; a loaded one
+        // gives far fewer, so the floor only proves the workload contended.
+        assert!(stat(l, "contended") >= 100, "too few waits: {l}");
         assert!(stat(l, "wait_total_ns") > 0);
         assert!(stat(l, "wait_max_ns") >= stat(l, "wait_min_ns"));
         assert_eq!(
@@ -194,7 +195,7 @@ fn pid_filter_excludes_a_concurrent_workload() {
 }
 
 /// `perf lock record` sees the same tracepoints at the same time: the contended counts of
-/// the workload's mmap_lock must agree (within 5%, for events perf may lose).
+/// the workload's mmap_lock must agree (within 5% or 10 events, for events perf may lose).
 #[test]
 fn contended_counts_agree_with_perf_lock() {
     let _serial = serial();
@@ -231,9 +232,11 @@ fn contended_counts_agree_with_perf_lock() {
             .count() as f64;
         let ours = stat(l, "contended") as f64;
         assert!(perf_count > 0.0, "perf saw no {needle}");
-        let diff = (ours - perf_count).abs() / perf_count;
+        // 5%, and never less than 10 events: a few lost events are more than 5% of a
+        // small count on a loaded machine.
+        let diff = (ours - perf_count).abs();
         assert!(
-            diff <= 0.05,
+            diff <= (perf_count * 0.05).max(10.0),
             "{flag}: lockscope {ours} vs perf {perf_count}"
         );
     }

@@ -73,12 +73,15 @@ fn ptrace_storm_pi_lock_proxy_and_rt_wakeup_spikes() {
     let watch = ProgramWatch::start();
     let dir = scratch("rt-storm");
     let file = dir.join("rec.json");
-    // Real-time threads next to the storm, for longer than the recording.
-    let mut cyclic = Command::new("cyclictest")
-        .args(["-S", "-p98", "-m", "-i2000", "-D", "6", "-q"])
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("cyclictest (rt-tests, installed by cargo xtask setup)");
+    // Real-time threads next to the storm, for longer than the recording (stopped
+    // after it).
+    let cyclic = Background(
+        Command::new("cyclictest")
+            .args(["-S", "-p98", "-m", "-i2000", "-D", "60", "-q"])
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("cyclictest (rt-tests, installed by cargo xtask setup)"),
+    );
     std::thread::sleep(std::time::Duration::from_millis(300));
     let out = run_ok(
         lockscope()
@@ -95,7 +98,7 @@ fn ptrace_storm_pi_lock_proxy_and_rt_wakeup_spikes() {
             .args(["--", bin(), "workload", "ptrace-storm", "--tracers", "2"])
             .args(["--seconds", "3"]),
     );
-    let _ = cyclic.wait();
+    drop(cyclic);
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
     let rec = read_json(&file);
 
@@ -193,12 +196,15 @@ fn cyclictest_spikes_under_stress_ng_ptrace() {
     let _serial = serial();
     let dir = scratch("rt-cyclictest");
     let file = dir.join("rec.json");
-    let mut stress = Command::new("stress-ng")
-        .args(["--ptrace", "2", "--timeout", "5"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("stress-ng (installed by cargo xtask setup)");
+    // The storm runs until the recording ends, however long the probes take to load.
+    let stress = Background(
+        Command::new("stress-ng")
+            .args(["--ptrace", "2", "--timeout", "60"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("stress-ng (installed by cargo xtask setup)"),
+    );
     std::thread::sleep(std::time::Duration::from_millis(500));
     let out = run_ok(
         lockscope()
@@ -224,7 +230,7 @@ fn cyclictest_spikes_under_stress_ng_ptrace() {
                 "-q",
             ]),
     );
-    let _ = stress.wait();
+    drop(stress);
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
     let rec = read_json(&file);
 

@@ -62,16 +62,7 @@ fn rwsem_events_are_exact_estimated_or_na_and_never_fake_zeros() {
     // plus whatever other rwsems it touched).
     let sys_rlock = summary["system"]["rwsem_rlock"].as_u64().unwrap();
     assert!(sys_rlock >= re["rlock"].as_u64().unwrap());
-    assert_eq!(
-        summary["lost"]
-            .as_object()
-            .unwrap()
-            .values()
-            .map(|v| v.as_u64().unwrap())
-            .sum::<u64>(),
-        0,
-        "{summary}"
-    );
+    assert_nothing_lost(&summary["lost"]);
 
     match summary["tier"].as_str().unwrap() {
         "tracepoint" => {
