@@ -214,7 +214,11 @@ impl Folded for WaitStats {
 ///   reported for it (its value at the previous refresh stays in `other` as a baseline);
 /// - a lock leaving the top set drops its series, and its whole value moves back into
 ///   `other` (which only grows: the value is at least the baseline it left there);
-/// - the sum over all series of a type is always the type's exact total.
+/// - a lock that leaves the recording (an LRU map evicted it, or `serve` forgot its
+///   process) leaves in `other` what `other` had of it; a top lock's own series simply
+///   ends (Prometheus marks it stale) rather than jumping into `other`;
+/// - so the sum over all series of a type is the type's exact total, but for the top
+///   locks that left the recording.
 ///
 /// State is bounded by the number of locks in the kernel maps (previous values) and by
 /// the top-N (baselines).
@@ -397,15 +401,20 @@ pub struct FutexSample {
 pub struct FutexSeries {
     words: TopSeries<FutexFigures>,
     comms: TopSeries<FutexFigures>,
+    /// The process name of every word of the previous update: a word that leaves the
+    /// recording (evicted, or its process forgotten) retires into its own process's
+    /// `other` series, whose figures it was counted in.
+    comm_of: HashMap<String, String>,
 }
 
 impl FutexSeries {
     pub fn update(&mut self, rec: &Recording, top_n: usize) -> Vec<FutexSample> {
         let mut cur: HashMap<SeriesKey, FutexFigures> = HashMap::new();
-        let mut comm_of: HashMap<&str, &str> = HashMap::new();
+        let mut names: HashSet<&str> = HashSet::new();
         for l in &rec.locks {
             let Some(user) = &l.user else { continue };
-            comm_of.insert(&l.name, &user.comm);
+            names.insert(&l.name);
+            self.comm_of.insert(l.name.clone(), user.comm.clone());
             let fig = FutexFigures {
                 wait: l.stats.clone(),
                 wakes: user.futex.wake_calls,
@@ -414,18 +423,13 @@ impl FutexSeries {
                 .or_default()
                 .merge(&fig);
         }
-        let comm = |key: &SeriesKey| {
-            comm_of
-                .get(key.1.as_str())
-                .copied()
-                .unwrap_or_default()
-                .to_owned()
-        };
+        let comm_of = &self.comm_of;
+        let comm = |key: &SeriesKey| comm_of.get(key.1.as_str()).cloned().unwrap_or_default();
         let mut out = Vec::new();
         let mut rest: HashMap<SeriesKey, FutexFigures> = HashMap::new();
-        for ((lock_type, name), figures) in self.words.fold_grouped(cur, top_n, |k| comm(k)) {
+        for ((lock_type, name), figures) in self.words.fold_grouped(cur, top_n, comm) {
             // Top words come back by name, the others by process name.
-            if comm_of.contains_key(name.as_str()) {
+            if names.contains(name.as_str()) {
                 out.push(FutexSample {
                     lock_type,
                     comm: comm(&(lock_type, name.clone())),
@@ -447,6 +451,7 @@ impl FutexSeries {
                     figures,
                 }),
         );
+        self.comm_of.retain(|name, _| names.contains(name.as_str()));
         out
     }
 }
@@ -1360,6 +1365,47 @@ mod tests {
                 assert!(s.figures.wait.count >= prev, "{s:?} went down from {prev}");
             }
         }
+    }
+
+    #[test]
+    fn a_futex_word_that_leaves_stays_in_its_process_series() {
+        // Top 2: db's heavy word and web's word have their own series, db's light word
+        // folds into db's `other`. Then db exits and serve forgets its words.
+        let mut series = FutexSeries::default();
+        let mut step = |locks: Vec<LockEntry>| {
+            let samples = series.update(&rec_with(locks), 2);
+            let mut by: BTreeMap<(String, String), u64> = BTreeMap::new();
+            for s in samples {
+                *by.entry((s.lock, s.comm)).or_default() += s.figures.wait.count;
+            }
+            by
+        };
+        let key = |lock: &str, comm: &str| (lock.to_owned(), comm.to_owned());
+        let (heavy, web) = ("futex 0x1000 of db[7]", "futex 0x3000 of web[8]");
+        let before = step(vec![
+            futex_lock(0x1000, "db", 7, 1_000, 50, 0),
+            futex_lock(0x2000, "db", 7, 10, 5, 0),
+            futex_lock(0x3000, "web", 8, 100, 3, 0),
+        ]);
+        assert_eq!(
+            before,
+            [
+                (key(heavy, "db"), 50),
+                (key(web, "web"), 3),
+                (key(OTHER, "db"), 5)
+            ]
+            .into()
+        );
+        // db's words are gone; web's word goes on. db's `other` keeps the light word
+        // (it does not move to a process without a name, nor go down); the heavy word's
+        // own series ends, as a top lock's does (it does not jump into `other`).
+        let after = step(vec![futex_lock(0x3000, "web", 8, 100, 4, 0)]);
+        assert_eq!(
+            after,
+            [(key(web, "web"), 4), (key(OTHER, "db"), 5)].into(),
+            "{after:?}"
+        );
+        assert_eq!(series.comm_of.len(), 1, "only the words still there");
     }
 
     #[test]
