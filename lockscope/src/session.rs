@@ -92,20 +92,36 @@ pub struct Forgettable {
     /// `pi_lock`). Their memory is reused by later processes, which would otherwise
     /// inherit the name (the kernel names a lock once, the first time it sees it).
     pub lock_info: Vec<u64>,
+    /// `FUTEX_STATS`: the gone processes' futex words.
+    pub futex: Vec<lockscope_common::FutexKey>,
+    /// `WAIT_TASK_STATS`: the `sched_wait_task` proxy of gone waiters, and every proxy
+    /// acquisition of a `pi_lock` the gone processes owned (a plain hash map: without
+    /// this a daemon's map would fill with every tracer and tracee since start).
+    pub wait_task: Vec<lockscope_common::WaitTaskKey>,
 }
 
-/// The processes a read can forget: waiters, rwsem-event owners and lock owners.
-pub fn forget_candidates(raw: &crate::aggregate::RawSnapshot) -> BTreeSet<u32> {
+/// The processes a read can forget: waiters, rwsem-event owners, lock owners, futex
+/// users and `sched_wait_task` waiters.
+pub fn forget_candidates(
+    raw: &crate::aggregate::RawSnapshot,
+    wait_task: &[(lockscope_common::WaitTaskKey, u64)],
+) -> BTreeSet<u32> {
     raw.stats
         .iter()
         .map(|(k, _)| k.tgid)
         .chain(raw.rwsem_events.iter().map(|(k, _)| k.tgid))
         .chain(raw.lock_info.values().map(|i| i.tgid))
+        .chain(raw.futex.stats.iter().map(|(k, _)| k.tgid))
+        .chain(wait_task.iter().map(|(k, _)| k.waiter_tgid))
         .collect()
 }
 
 /// What to delete from the maps once the processes in `gone` are forgotten.
-pub fn forgettable(raw: &crate::aggregate::RawSnapshot, gone: &HashSet<u32>) -> Forgettable {
+pub fn forgettable(
+    raw: &crate::aggregate::RawSnapshot,
+    wait_task: &[(lockscope_common::WaitTaskKey, u64)],
+    gone: &HashSet<u32>,
+) -> Forgettable {
     if gone.is_empty() {
         return Forgettable::default();
     }
@@ -132,6 +148,18 @@ pub fn forgettable(raw: &crate::aggregate::RawSnapshot, gone: &HashSet<u32>) -> 
             .filter(|k| forgotten(k.lock, k.tgid))
             .collect(),
         lock_info,
+        futex: raw
+            .futex
+            .stats
+            .iter()
+            .map(|(k, _)| *k)
+            .filter(|k| gone.contains(&k.tgid))
+            .collect(),
+        wait_task: wait_task
+            .iter()
+            .map(|(k, _)| *k)
+            .filter(|k| forgotten(k.lock, k.waiter_tgid))
+            .collect(),
     }
 }
 
@@ -158,6 +186,8 @@ pub struct Session {
     forget_exited: Option<Duration>,
     exits: std::cell::RefCell<ExitTracker>,
     forgotten: std::cell::Cell<u64>,
+    /// Futex words forgotten so far (not evicted: `futex_stats_evicted` leaves them out).
+    futex_forgotten: std::cell::Cell<u64>,
     /// User call sites of pthread locks: process maps kept past the processes' exits.
     user_names: UserNames,
     /// The real-time probes' ring buffer and what was drained from it.
@@ -215,6 +245,7 @@ impl Session {
             forget_exited: None,
             exits: Default::default(),
             forgotten: Default::default(),
+            futex_forgotten: Default::default(),
             user_names,
         })
     }
@@ -233,26 +264,34 @@ impl Session {
         self.forget_exited = Some(after);
     }
 
-    /// Delete the contention and rwsem-event entries of processes gone for
-    /// `after`, and the names of the locks they owned (see
+    /// Delete the contention, rwsem-event, futex and `sched_wait_task` entries of
+    /// processes gone for `after`, and the names of the locks they owned (see
     /// [`forgettable`]; the rwsem system totals are counters of their own).
     fn forget_expired(
         &self,
         raw: &crate::aggregate::RawSnapshot,
+        wait_task: &[(lockscope_common::WaitTaskKey, u64)],
         after: Duration,
     ) -> anyhow::Result<()> {
         let gone = self.exits.borrow_mut().expired(
-            &forget_candidates(raw),
+            &forget_candidates(raw, wait_task),
             Instant::now(),
             after,
             process_alive,
         );
-        let forget = forgettable(raw, &gone);
+        let forget = forgettable(raw, wait_task, &gone);
         let ebpf = self.probes.ebpf();
         let n = delete_keys(ebpf, "CONTENTION_STATS", &forget.stats)?;
         self.forgotten.set(self.forgotten.get() + n);
         delete_keys(ebpf, "RWSEM_EVENT_STATS", &forget.rwsem_events)?;
         delete_keys(ebpf, "LOCK_INFO", &forget.lock_info)?;
+        if !forget.futex.is_empty() {
+            let n = delete_keys(ebpf, "FUTEX_STATS", &forget.futex)?;
+            self.futex_forgotten.set(self.futex_forgotten.get() + n);
+        }
+        if !forget.wait_task.is_empty() {
+            delete_keys(ebpf, "WAIT_TASK_STATS", &forget.wait_task)?;
+        }
         Ok(())
     }
 
@@ -300,10 +339,13 @@ impl Session {
         raw.stacks = read_stacks(self.probes.ebpf(), &missing)?;
         let mut locks = build_locks_cached(&raw, plan, &self.names, &mut lost, &mut texts);
         drop(texts);
-        if let Some(after) = self.forget_exited {
-            self.forget_expired(&raw, after)?;
+        if let Some(evicted) = lost.get_mut("futex_stats_evicted") {
+            *evicted = evicted.saturating_sub(self.futex_forgotten.get());
         }
         let wait_task = read_wait_task(self.probes.ebpf())?;
+        if let Some(after) = self.forget_exited {
+            self.forget_expired(&raw, &wait_task, after)?;
+        }
         let mut comms = with_proc_comms(&raw.comms, &raw);
         for (k, _) in &wait_task {
             if !comms.contains_key(&k.waiter_tgid)
@@ -625,16 +667,62 @@ mod forget_tests {
                     (k, RwsemEventCounts::default())
                 })
                 .into(),
+            futex: crate::aggregate::futex::FutexSnapshot {
+                stats: [(0x7000, live), (0x7000, dead), (0x7040, dead)]
+                    .map(|(uaddr, tgid)| {
+                        let k = FutexKey {
+                            uaddr,
+                            tgid,
+                            _pad: 0,
+                        };
+                        let t = crate::aggregate::futex::FutexTotals {
+                            wait: WaitStats::default(),
+                            counts: FutexStats::EMPTY,
+                        };
+                        (k, t)
+                    })
+                    .into(),
+                ..Default::default()
+            },
             ..Default::default()
         };
-        // A process that owns a named lock but never waited is still a candidate.
+        let wt = |lock: u64, waiter_tgid: u32| {
+            let k = WaitTaskKey {
+                lock,
+                waiter_tid: waiter_tgid,
+                waiter_tgid,
+                cpu: 1,
+                tracee_tid: 99,
+            };
+            (k, 5)
+        };
+        // A live tracer waiting on the dead one's pi_lock, the dead one tracing a kernel
+        // thread, and a live tracer of a live task.
+        let wait_task = [
+            wt(dead_pi, live),
+            wt(kernel_lock, dead),
+            wt(kernel_lock, live),
+        ];
+        // A process that owns a named lock but never waited is still a candidate; so is
+        // a futex user and a `sched_wait_task` waiter.
         let mut only_owner = raw.clone();
         only_owner.stats.retain(|(k, _)| k.tgid != dead);
         only_owner.rwsem_events.retain(|(k, _)| k.tgid != dead);
-        assert_eq!(forget_candidates(&only_owner), [live, dead].into());
+        only_owner.futex.stats.retain(|(k, _)| k.tgid != dead);
+        assert_eq!(forget_candidates(&only_owner, &[]), [live, dead].into());
+        let mut only_futex = RawSnapshot::default();
+        only_futex.futex.stats = raw.futex.stats.clone();
+        assert_eq!(forget_candidates(&only_futex, &[]), [live, dead].into());
+        assert_eq!(
+            forget_candidates(&RawSnapshot::default(), &wait_task),
+            [live, dead].into()
+        );
 
-        assert_eq!(forgettable(&raw, &HashSet::new()), Forgettable::default());
-        let f = forgettable(&raw, &[dead].into());
+        assert_eq!(
+            forgettable(&raw, &wait_task, &HashSet::new()),
+            Forgettable::default()
+        );
+        let f = forgettable(&raw, &wait_task, &[dead].into());
         let locks: Vec<(u64, u32)> = f.stats.iter().map(|k| (k.lock, k.tgid)).collect();
         assert_eq!(
             locks,
@@ -643,5 +731,13 @@ mod forget_tests {
         assert_eq!(f.lock_info, [dead_mm, dead_pi]);
         let events: Vec<(u64, u32)> = f.rwsem_events.iter().map(|k| (k.lock, k.tgid)).collect();
         assert_eq!(events, [(live_mm, dead), (dead_mm, live)]);
+        let words: Vec<(u64, u32)> = f.futex.iter().map(|k| (k.uaddr, k.tgid)).collect();
+        assert_eq!(words, [(0x7000, dead), (0x7040, dead)]);
+        let proxies: Vec<(u64, u32)> = f
+            .wait_task
+            .iter()
+            .map(|k| (k.lock, k.waiter_tgid))
+            .collect();
+        assert_eq!(proxies, [(dead_pi, live), (kernel_lock, dead)]);
     }
 }

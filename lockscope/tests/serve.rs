@@ -984,3 +984,134 @@ fn an_exited_process_is_forgotten_with_the_names_of_its_locks() {
     let _ = live.0.kill();
     stop_serve(&mut serve, libc::SIGTERM, &log);
 }
+
+/// serve also forgets an exited process's futex words and its `sched_wait_task` proxy
+/// (a plain hash map: it would otherwise fill with every tracer since start), and no
+/// metric goes down when it does.
+#[test]
+fn an_exited_process_leaves_no_futex_words_or_ptrace_waits_behind() {
+    let _serial = serial();
+    require_root();
+    let dir = scratch("serve-forget-futex");
+    let config = dir.join("lockscope.toml");
+    std::fs::write(
+        &config,
+        "interval = \"250ms\"\n[probes]\nfutex = true\n\
+         [snapshot]\nforget_exited_after = \"2s\"\n",
+    )
+    .unwrap();
+    // Under its own process name, to find it in the `comm` label.
+    let futexgone = dir.join("futexgone");
+    let _ = std::fs::remove_file(&futexgone);
+    std::os::unix::fs::symlink(bin(), &futexgone).unwrap();
+    let port = free_port();
+    let log = dir.join("serve.stderr");
+    let mut serve = start_serve(
+        &[
+            "--config",
+            config.to_str().unwrap(),
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+        ],
+        &log,
+    );
+    wait_healthy(port, &mut serve, &log);
+    let snapshot = || -> Value {
+        let (status, body) = http_get(port, "/api/snapshot").unwrap();
+        assert_eq!(status, 200, "{body}");
+        serde_json::from_str(&body).unwrap()
+    };
+    // (futex words of `futex_pid`, locks with `sched_wait_task` waits by `storm_pid`).
+    let left = |rec: &Value, futex_pid: u64, storm_pid: u64| -> (usize, usize) {
+        let locks = rec["locks"].as_array().unwrap();
+        let words = locks
+            .iter()
+            .filter(|l| l.get("futex").is_some() && l["pid"].as_u64() == Some(futex_pid))
+            .count();
+        let proxied = locks
+            .iter()
+            .filter(|l| {
+                l["wait_task"]["waiters"]
+                    .as_array()
+                    .is_some_and(|w| w.iter().any(|w| w["pid"].as_u64() == Some(storm_pid)))
+            })
+            .count();
+        (words, proxied)
+    };
+    let futex_series = || -> BTreeMap<BTreeMap<String, String>, f64> {
+        let (_, text) = http_get(port, "/metrics").unwrap();
+        samples(&text, "lockscope_futex_waits_total")
+            .into_iter()
+            .collect()
+    };
+
+    let futex = Command::new(&futexgone)
+        .args([
+            "workload",
+            "futex-mutex",
+            "--threads",
+            "2",
+            "--seconds",
+            "1",
+        ])
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let storm = lockscope()
+        .args([
+            "workload",
+            "ptrace-storm",
+            "--tracers",
+            "1",
+            "--seconds",
+            "1",
+        ])
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let (futex_pid, storm_pid) = (futex.id() as u64, storm.id() as u64);
+    for mut c in [futex, storm] {
+        assert!(c.wait().unwrap().success());
+    }
+    let exited = Instant::now();
+    // Within the window the latest read still shows both.
+    let (words, proxied) = left(&snapshot(), futex_pid, storm_pid);
+    assert!(words > 0, "futexgone's words right after its exit");
+    assert!(
+        proxied > 0,
+        "the storm's tracee pi_lock right after its exit"
+    );
+    let before = futex_series();
+    assert!(
+        before.keys().any(|l| l["comm"] == "futexgone"),
+        "futexgone in the metrics: {before:?}"
+    );
+
+    wait_until(
+        "serve to forget the futex words and the proxy",
+        Duration::from_secs(20),
+        || (left(&snapshot(), futex_pid, storm_pid) == (0, 0)).then_some(()),
+    );
+    let after = exited.elapsed();
+    assert!(
+        after >= Duration::from_secs(2),
+        "forgotten {after:?} after the exits, before forget_exited_after (2s)"
+    );
+    // Every futex series still there is where it was or higher; futexgone's figures
+    // stay under its own name (a top word's own series may end).
+    let now = futex_series();
+    for (labels, v) in &now {
+        if let Some(was) = before.get(labels) {
+            assert!(v >= was, "{labels:?} went down: {was} -> {v}");
+        }
+    }
+    for labels in before.keys() {
+        if labels["comm"] == "futexgone" && labels["lock"] == "other" {
+            assert!(
+                now.contains_key(labels),
+                "futexgone's folded words left their series: {now:?}"
+            );
+        }
+    }
+    stop_serve(&mut serve, libc::SIGTERM, &log);
+}
