@@ -34,8 +34,10 @@ pub fn run(args: TopArgs) -> anyhow::Result<std::process::ExitCode> {
                 starvation_acquisitions: 8,
             });
             let mut session = Session::start_with_rt(&LoadOptions { target, types }, desc, rt)?;
-            // A live view runs for hours: keep its memory flat like serve's.
+            // A live view runs for hours: keep its memory and maps flat like serve's, and
+            // no exited process's lock names for the next one at its address.
             session.set_detail(Detail::DAEMON);
+            session.forget_exited(crate::config::DEFAULT_FORGET_EXITED_AFTER);
             let mut feed = SessionFeed(session);
             tui::run(&mut feed, args.interval)?;
             feed.0.stop();
