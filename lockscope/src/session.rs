@@ -135,32 +135,21 @@ pub fn forgettable(
     lock_info.sort_unstable();
     let forgotten = |lock: u64, tgid: u32| gone.contains(&tgid) || owned.contains(&lock);
     Forgettable {
-        stats: raw
-            .stats
-            .iter()
-            .map(|(k, _)| *k)
-            .filter(|k| forgotten(k.lock, k.tgid))
-            .collect(),
-        rwsem_events: raw
-            .rwsem_events
-            .iter()
-            .map(|(k, _)| *k)
-            .filter(|k| forgotten(k.lock, k.tgid))
-            .collect(),
+        stats: keys_where(&raw.stats, |k| forgotten(k.lock, k.tgid)),
+        rwsem_events: keys_where(&raw.rwsem_events, |k| forgotten(k.lock, k.tgid)),
         lock_info,
-        futex: raw
-            .futex
-            .stats
-            .iter()
-            .map(|(k, _)| *k)
-            .filter(|k| gone.contains(&k.tgid))
-            .collect(),
-        wait_task: wait_task
-            .iter()
-            .map(|(k, _)| *k)
-            .filter(|k| forgotten(k.lock, k.waiter_tgid))
-            .collect(),
+        futex: keys_where(&raw.futex.stats, |k| gone.contains(&k.tgid)),
+        wait_task: keys_where(wait_task, |k| forgotten(k.lock, k.waiter_tgid)),
     }
+}
+
+/// The keys of the map entries `entries` that `keep` selects.
+fn keys_where<K: Copy, V>(entries: &[(K, V)], keep: impl Fn(&K) -> bool) -> Vec<K> {
+    entries
+        .iter()
+        .map(|(k, _)| *k)
+        .filter(|k| keep(k))
+        .collect()
 }
 
 fn process_alive(tgid: u32) -> bool {

@@ -8,7 +8,7 @@ use std::{
     collections::{BTreeMap, BTreeSet},
     io::{Read as _, Write as _},
     net::{TcpListener, TcpStream},
-    path::Path,
+    path::{Path, PathBuf},
     process::{Child, Command, Stdio},
     thread,
     time::{Duration, Instant},
@@ -193,6 +193,42 @@ fn wait_healthy(port: u16, serve: &mut Guard, stderr: &Path) {
     });
 }
 
+/// Start serve on a free port with `config` (TOML) and wait until it is healthy;
+/// returns (serve, port, its stderr log).
+fn serve_with_config(dir: &Path, config: &str) -> (Guard, u16, PathBuf) {
+    let file = dir.join("lockscope.toml");
+    std::fs::write(&file, config).unwrap();
+    let port = free_port();
+    let log = dir.join("serve.stderr");
+    let mut serve = start_serve(
+        &[
+            "--config",
+            file.to_str().unwrap(),
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+        ],
+        &log,
+    );
+    wait_healthy(port, &mut serve, &log);
+    (serve, port, log)
+}
+
+/// `GET /api/snapshot`, parsed.
+fn api_snapshot(port: u16) -> Value {
+    let (status, body) = http_get(port, "/api/snapshot").unwrap();
+    assert_eq!(status, 200, "{body}");
+    serde_json::from_str(&body).unwrap()
+}
+
+/// This test binary's lockscope under another name (`dir/name`): a workload run through
+/// it has that process name, to find it in the `comm` label.
+fn renamed_bin(dir: &Path, name: &str) -> PathBuf {
+    let path = dir.join(name);
+    let _ = std::fs::remove_file(&path);
+    std::os::unix::fs::symlink(bin(), &path).unwrap();
+    path
+}
+
 /// Send `signal` to serve and wait for it to exit 0; returns its stderr log.
 fn stop_serve(serve: &mut Guard, signal: i32, log: &Path) -> String {
     assert_eq!(unsafe { libc::kill(serve.0.id() as i32, signal) }, 0);
@@ -232,10 +268,7 @@ fn prometheus_scrapes_serve_while_mmap_churn_runs() {
         ),
     )
     .unwrap();
-    // The futex workload runs under its own process name, to find it in the `comm` label.
-    let futexload = dir.join("futexload");
-    let _ = std::fs::remove_file(&futexload);
-    std::os::unix::fs::symlink(bin(), &futexload).unwrap();
+    let futexload = renamed_bin(&dir, "futexload");
     let stats_sysctl = || std::fs::read_to_string("/proc/sys/kernel/bpf_stats_enabled").unwrap();
     let sysctl_before = stats_sysctl();
 
@@ -390,8 +423,7 @@ fn prometheus_scrapes_serve_while_mmap_churn_runs() {
     assert!(names.contains(lock.as_str()), "{names:?}");
     // Every family with a `lock` label: at most top-N + 1 values, though the futex
     // workload alone has 10,000 futex words in the maps.
-    let (_, snap) = http_get(serve_port, "/api/snapshot").unwrap();
-    let snap: Value = serde_json::from_str(&snap).unwrap();
+    let snap = api_snapshot(serve_port);
     let futex_words: Vec<&Value> = snap["locks"]
         .as_array()
         .unwrap()
@@ -582,8 +614,7 @@ fn prometheus_scrapes_serve_while_mmap_churn_runs() {
         .map(|a| u64::from_str_radix(a.trim(), 16).unwrap())
         .unwrap();
     let (_, text) = http_get(serve_port, "/metrics").unwrap();
-    let (_, body) = http_get(serve_port, "/api/snapshot").unwrap();
-    let rec: Value = serde_json::from_str(&body).unwrap();
+    let rec = api_snapshot(serve_port);
     let of_workload = |name: &str| -> u64 {
         samples(&text, name)
             .iter()
@@ -706,8 +737,7 @@ fn sigint_detaches_and_exits_zero() {
         text.contains("lockscope_probe_attached{probe=\"sched_process_fork\""),
         "{text}"
     );
-    let (_, body) = http_get(port, "/api/snapshot").unwrap();
-    let rec: Value = serde_json::from_str(&body).unwrap();
+    let rec = api_snapshot(port);
     assert_eq!(rec["target"], "pid 1");
 
     stop_serve(&mut serve, libc::SIGINT, &log);
@@ -840,8 +870,7 @@ fn serve_runs_with_only_the_systemd_units_capabilities() {
     let churn = run_ok(lockscope().args(["workload", "mmap-churn", "--seconds", "2"]));
     assert!(churn.status.success());
     thread::sleep(Duration::from_millis(1000));
-    let (_, body) = http_get(port, "/api/snapshot").unwrap();
-    let rec: Value = serde_json::from_str(&body).unwrap();
+    let rec = api_snapshot(port);
     let entries = mmap_lock_entries(&rec, None);
     let waits: u64 = entries
         .iter()
@@ -875,29 +904,11 @@ fn an_exited_process_is_forgotten_with_the_names_of_its_locks() {
     let _serial = serial();
     require_root();
     let dir = scratch("serve-forget");
-    let config = dir.join("lockscope.toml");
-    std::fs::write(
-        &config,
+    let (mut serve, port, log) = serve_with_config(
+        &dir,
         "interval = \"250ms\"\n[snapshot]\nforget_exited_after = \"2s\"\n",
-    )
-    .unwrap();
-    let port = free_port();
-    let log = dir.join("serve.stderr");
-    let mut serve = start_serve(
-        &[
-            "--config",
-            config.to_str().unwrap(),
-            "--listen",
-            &format!("127.0.0.1:{port}"),
-        ],
-        &log,
     );
-    wait_healthy(port, &mut serve, &log);
-    let snapshot = || -> Value {
-        let (status, body) = http_get(port, "/api/snapshot").unwrap();
-        assert_eq!(status, 200, "{body}");
-        serde_json::from_str(&body).unwrap()
-    };
+    let snapshot = || api_snapshot(port);
     let mentions = |rec: &Value, pid: u64| -> Vec<String> {
         rec["locks"]
             .as_array()
@@ -993,34 +1004,13 @@ fn an_exited_process_leaves_no_futex_words_or_ptrace_waits_behind() {
     let _serial = serial();
     require_root();
     let dir = scratch("serve-forget-futex");
-    let config = dir.join("lockscope.toml");
-    std::fs::write(
-        &config,
+    let futexgone = renamed_bin(&dir, "futexgone");
+    let (mut serve, port, log) = serve_with_config(
+        &dir,
         "interval = \"250ms\"\n[probes]\nfutex = true\n\
          [snapshot]\nforget_exited_after = \"2s\"\n",
-    )
-    .unwrap();
-    // Under its own process name, to find it in the `comm` label.
-    let futexgone = dir.join("futexgone");
-    let _ = std::fs::remove_file(&futexgone);
-    std::os::unix::fs::symlink(bin(), &futexgone).unwrap();
-    let port = free_port();
-    let log = dir.join("serve.stderr");
-    let mut serve = start_serve(
-        &[
-            "--config",
-            config.to_str().unwrap(),
-            "--listen",
-            &format!("127.0.0.1:{port}"),
-        ],
-        &log,
     );
-    wait_healthy(port, &mut serve, &log);
-    let snapshot = || -> Value {
-        let (status, body) = http_get(port, "/api/snapshot").unwrap();
-        assert_eq!(status, 200, "{body}");
-        serde_json::from_str(&body).unwrap()
-    };
+    let snapshot = || api_snapshot(port);
     // (futex words of `futex_pid`, locks with `sched_wait_task` waits by `storm_pid`).
     let left = |rec: &Value, futex_pid: u64, storm_pid: u64| -> (usize, usize) {
         let locks = rec["locks"].as_array().unwrap();
