@@ -196,17 +196,18 @@ fn cyclictest_spikes_under_stress_ng_ptrace() {
     let _serial = serial();
     let dir = scratch("rt-cyclictest");
     let file = dir.join("rec.json");
-    // The storm runs until the recording ends, however long the probes take to load.
-    let stress = Background(
-        Command::new("stress-ng")
-            .args(["--ptrace", "2", "--timeout", "60"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("stress-ng (installed by cargo xtask setup)"),
-    );
-    std::thread::sleep(std::time::Duration::from_millis(500));
-    let out = run_ok(
+    // The storm runs exactly while cyclictest does.
+    let stress = || {
+        Background(
+            Command::new("stress-ng")
+                .args(["--ptrace", "2", "--timeout", "60"])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("stress-ng (installed by cargo xtask setup)"),
+        )
+    };
+    let out = run_ok_with_load(
         lockscope()
             .args([
                 "record",
@@ -229,8 +230,8 @@ fn cyclictest_spikes_under_stress_ng_ptrace() {
                 "3",
                 "-q",
             ]),
+        stress,
     );
-    drop(stress);
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
     let rec = read_json(&file);
 

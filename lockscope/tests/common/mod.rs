@@ -201,3 +201,73 @@ impl Drop for Background {
         let _ = self.0.wait();
     }
 }
+
+/// `pid` exists and has not exited (a zombie has).
+pub fn running(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| {
+            s[s.rfind(')')? + 1..]
+                .split_whitespace()
+                .next()
+                .map(|st| st != "Z")
+        })
+        .unwrap_or(false)
+}
+
+/// The pids whose parent is `pid` (from `/proc/*/stat`).
+pub fn children_of(pid: u32) -> Vec<u32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|p| {
+            std::fs::read_to_string(format!("/proc/{p}/stat"))
+                .ok()
+                .and_then(|s| {
+                    // `pid (comm) state ppid ...`; comm may hold spaces and parentheses.
+                    let rest = &s[s.rfind(')')? + 1..];
+                    rest.split_whitespace().nth(1)?.parse::<u32>().ok()
+                })
+                == Some(pid)
+        })
+        .collect()
+}
+
+/// Run `record ... -- COMMAND` like [`run_ok`], with a load (`start_load`) running
+/// exactly while COMMAND runs: started once record has attached its probes and
+/// launched COMMAND, stopped when COMMAND exits. A ptrace storm slows every RCU grace
+/// period, so one running while record attaches or detaches its probes made a 3 s
+/// recording take up to 60 s here.
+pub fn run_ok_with_load(cmd: &mut Command, start_load: impl FnOnce() -> Background) -> Output {
+    let child = cmd
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let pid = child.id();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let watcher = std::thread::spawn(move || {
+        // Until COMMAND has come, then until it has gone (or record has exited).
+        while running(pid) && children_of(pid).is_empty() {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        let _ = tx.send(());
+        while running(pid) && !children_of(pid).is_empty() {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    });
+    rx.recv().unwrap();
+    let load = start_load();
+    watcher.join().unwrap();
+    drop(load);
+    let out = child.wait_with_output().expect("wait");
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed: {}\nstdout:\n{}\nstderr:\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
