@@ -152,6 +152,30 @@ fn keys_where<K: Copy, V>(entries: &[(K, V)], keep: impl Fn(&K) -> bool) -> Vec<
         .collect()
 }
 
+/// Entries of LRU maps that `serve` deleted on purpose (forgotten processes), so far:
+/// not evictions, though the maps hold fewer entries than they created.
+#[derive(Debug, Default, Clone, Copy)]
+struct Forgotten {
+    /// `CONTENTION_STATS` entries.
+    stats: u64,
+    /// `FUTEX_STATS` entries.
+    futex: u64,
+}
+
+impl Forgotten {
+    /// Take them out of the eviction counts (`created - held`) in `lost`.
+    fn discount(self, lost: &mut std::collections::BTreeMap<String, u64>) {
+        for (key, n) in [
+            ("stats_evicted", self.stats),
+            ("futex_stats_evicted", self.futex),
+        ] {
+            if let Some(evicted) = lost.get_mut(key) {
+                *evicted = evicted.saturating_sub(n);
+            }
+        }
+    }
+}
+
 fn process_alive(tgid: u32) -> bool {
     std::path::Path::new(&format!("/proc/{tgid}")).exists()
 }
@@ -170,13 +194,11 @@ pub struct Session {
     stack_texts: std::cell::RefCell<StackTexts>,
     /// How many callers and tasks each snapshot keeps.
     detail: Detail,
-    /// Drop the contention figures of exited processes from the kernel map after each
-    /// snapshot (long-running sinks), and how many entries that dropped so far.
+    /// Drop the figures of exited processes from the kernel maps after each snapshot
+    /// (long-running sinks), and how many entries that dropped so far.
     forget_exited: Option<Duration>,
     exits: std::cell::RefCell<ExitTracker>,
-    forgotten: std::cell::Cell<u64>,
-    /// Futex words forgotten so far (not evicted: `futex_stats_evicted` leaves them out).
-    futex_forgotten: std::cell::Cell<u64>,
+    forgotten: std::cell::Cell<Forgotten>,
     /// User call sites of pthread locks: process maps kept past the processes' exits.
     user_names: UserNames,
     /// The real-time probes' ring buffer and what was drained from it.
@@ -234,7 +256,6 @@ impl Session {
             forget_exited: None,
             exits: Default::default(),
             forgotten: Default::default(),
-            futex_forgotten: Default::default(),
             user_names,
         })
     }
@@ -270,17 +291,13 @@ impl Session {
         );
         let forget = forgettable(raw, wait_task, &gone);
         let ebpf = self.probes.ebpf();
-        let n = delete_keys(ebpf, "CONTENTION_STATS", &forget.stats)?;
-        self.forgotten.set(self.forgotten.get() + n);
+        let mut forgotten = self.forgotten.get();
+        forgotten.stats += delete_keys(ebpf, "CONTENTION_STATS", &forget.stats)?;
+        forgotten.futex += delete_keys(ebpf, "FUTEX_STATS", &forget.futex)?;
+        self.forgotten.set(forgotten);
         delete_keys(ebpf, "RWSEM_EVENT_STATS", &forget.rwsem_events)?;
         delete_keys(ebpf, "LOCK_INFO", &forget.lock_info)?;
-        if !forget.futex.is_empty() {
-            let n = delete_keys(ebpf, "FUTEX_STATS", &forget.futex)?;
-            self.futex_forgotten.set(self.futex_forgotten.get() + n);
-        }
-        if !forget.wait_task.is_empty() {
-            delete_keys(ebpf, "WAIT_TASK_STATS", &forget.wait_task)?;
-        }
+        delete_keys(ebpf, "WAIT_TASK_STATS", &forget.wait_task)?;
         Ok(())
     }
 
@@ -317,10 +334,7 @@ impl Session {
         raw.futex.types = self.futex_types.clone();
         self.fill_pthread(&mut raw.futex.pthread);
         let mut lost = lost_counts(&raw.counters);
-        lost.insert(
-            "stats_evicted".to_owned(),
-            stats_evicted(&raw).saturating_sub(self.forgotten.get()),
-        );
+        lost.insert("stats_evicted".to_owned(), stats_evicted(&raw));
         let plan = LockPlan::new(&raw, self.detail);
         let mut texts = self.stack_texts.borrow_mut();
         // Only the stacks of kept callers not symbolized before are read from the map.
@@ -328,9 +342,7 @@ impl Session {
         raw.stacks = read_stacks(self.probes.ebpf(), &missing)?;
         let mut locks = build_locks_cached(&raw, plan, &self.names, &mut lost, &mut texts);
         drop(texts);
-        if let Some(evicted) = lost.get_mut("futex_stats_evicted") {
-            *evicted = evicted.saturating_sub(self.futex_forgotten.get());
-        }
+        self.forgotten.get().discount(&mut lost);
         let wait_task = read_wait_task(self.probes.ebpf())?;
         if let Some(after) = self.forget_exited {
             self.forget_expired(&raw, &wait_task, after)?;
@@ -584,6 +596,26 @@ fn monotonic_ns() -> u64 {
 #[cfg(test)]
 mod forget_tests {
     use super::*;
+
+    #[test]
+    fn forgotten_entries_are_not_counted_as_evicted() {
+        let mut lost: std::collections::BTreeMap<String, u64> = [
+            ("stats_evicted", 10),
+            ("futex_stats_evicted", 3),
+            ("stack_evicted", 4),
+        ]
+        .map(|(k, n)| (k.to_owned(), n))
+        .into();
+        Forgotten { stats: 7, futex: 5 }.discount(&mut lost);
+        assert_eq!(lost["stats_evicted"], 3);
+        assert_eq!(lost["futex_stats_evicted"], 0, "never below 0");
+        assert_eq!(lost["stack_evicted"], 4, "stacks are not forgotten");
+        // No futex probes: no futex key appears.
+        let mut kernel_only: std::collections::BTreeMap<String, u64> =
+            [("stats_evicted".to_owned(), 1)].into();
+        Forgotten { stats: 1, futex: 2 }.discount(&mut kernel_only);
+        assert_eq!(kernel_only, [("stats_evicted".to_owned(), 0)].into());
+    }
 
     #[test]
     fn exited_processes_are_forgotten_after_the_grace_period() {

@@ -47,6 +47,10 @@ pub fn scratch(name: &str) -> PathBuf {
 /// Run, and fail the test with both output streams when it did not succeed.
 pub fn run_ok(cmd: &mut Command) -> Output {
     let out = cmd.output().expect("spawn");
+    assert_succeeded(cmd, out)
+}
+
+fn assert_succeeded(cmd: &Command, out: Output) -> Output {
     assert!(
         out.status.success(),
         "{cmd:?} failed: {}\nstdout:\n{}\nstderr:\n{}",
@@ -202,35 +206,26 @@ impl Drop for Background {
     }
 }
 
-/// `pid` exists and has not exited (a zombie has).
-pub fn running(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|s| {
-            s[s.rfind(')')? + 1..]
-                .split_whitespace()
-                .next()
-                .map(|st| st != "Z")
-        })
-        .unwrap_or(false)
+/// The fields of `/proc/PID/stat` after `comm` (state, ppid, ...), while `pid` exists.
+fn stat_fields(pid: u32) -> Option<Vec<String>> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // `pid (comm) state ppid ...`; comm may hold spaces and parentheses.
+    let rest = &s[s.rfind(')')? + 1..];
+    Some(rest.split_whitespace().map(str::to_owned).collect())
 }
 
-/// The pids whose parent is `pid` (from `/proc/*/stat`).
+/// `pid` exists and has not exited (a zombie has).
+pub fn running(pid: u32) -> bool {
+    stat_fields(pid).is_some_and(|f| f.first().is_some_and(|st| st != "Z"))
+}
+
+/// The pids whose parent is `pid`.
 pub fn children_of(pid: u32) -> Vec<u32> {
     let Ok(dir) = std::fs::read_dir("/proc") else {
         return Vec::new();
     };
     dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|p| {
-            std::fs::read_to_string(format!("/proc/{p}/stat"))
-                .ok()
-                .and_then(|s| {
-                    // `pid (comm) state ppid ...`; comm may hold spaces and parentheses.
-                    let rest = &s[s.rfind(')')? + 1..];
-                    rest.split_whitespace().nth(1)?.parse::<u32>().ok()
-                })
-                == Some(pid)
-        })
+        .filter(|&p| stat_fields(p).and_then(|f| f.get(1)?.parse().ok()) == Some(pid))
         .collect()
 }
 
@@ -246,28 +241,16 @@ pub fn run_ok_with_load(cmd: &mut Command, start_load: impl FnOnce() -> Backgrou
         .spawn()
         .expect("spawn");
     let pid = child.id();
-    let (tx, rx) = std::sync::mpsc::channel();
-    let watcher = std::thread::spawn(move || {
-        // Until COMMAND has come, then until it has gone (or record has exited).
-        while running(pid) && children_of(pid).is_empty() {
+    // Wait while COMMAND's being there is `there` (and record runs).
+    let wait_while_command = |there: bool| {
+        while running(pid) && children_of(pid).is_empty() != there {
             std::thread::sleep(std::time::Duration::from_millis(10));
         }
-        let _ = tx.send(());
-        while running(pid) && !children_of(pid).is_empty() {
-            std::thread::sleep(std::time::Duration::from_millis(20));
-        }
-    });
-    rx.recv().unwrap();
+    };
+    wait_while_command(false);
     let load = start_load();
-    watcher.join().unwrap();
+    wait_while_command(true);
     drop(load);
     let out = child.wait_with_output().expect("wait");
-    assert!(
-        out.status.success(),
-        "{cmd:?} failed: {}\nstdout:\n{}\nstderr:\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
+    assert_succeeded(cmd, out)
 }
