@@ -1,15 +1,16 @@
-//! pthread lock attribution: what the libc uprobes (`pthread_mutex_lock`,
-//! `pthread_rwlock_rdlock`, ... and their timed and clock forms) feed.
+//! pthread lock attribution at the futex syscall: nothing runs on a lock call that does
+//! not block, and processes outside the target pay nothing.
 //!
-//! At a lock function's entry the probe remembers, per thread, the lock object's address,
-//! which function it is and the user call site (the return address). When a futex call of
-//! that thread ends while the lock function runs and its word lies inside the object, the
-//! call is attributed: counted per (process, futex word, call site, function), with the
-//! wait time of the call. The lock function's return (uretprobe) forgets the thread's entry.
+//! When a blocking futex call (a wait) of a traced task ends, the futex exit probe copies
+//! the thread's user registers and the top of its user stack into a [`PthreadWaitEvent`]
+//! on a ring buffer. Userspace unwinds that stack through the C library's `.eh_frame`: a
+//! wait whose frames pass through a lock function (`pthread_mutex_lock`, ...) is
+//! attributed to that function's lock object and to its user call site (the first frame
+//! outside the C library), and counted per (process, futex word, call site, function).
 
-use crate::{ContentionStats, assert_size};
+use crate::assert_size;
 
-/// The lock functions, by attach cookie. Names as libc exports them (dynamic symbols).
+/// The lock functions. Names as libc exports them (dynamic symbols).
 pub const PTHREAD_FN_MUTEX_LOCK: u32 = 0;
 pub const PTHREAD_FN_MUTEX_TIMEDLOCK: u32 = 1;
 pub const PTHREAD_FN_MUTEX_CLOCKLOCK: u32 = 2;
@@ -39,46 +40,68 @@ pub const fn pthread_fn_is_rwlock(func: u32) -> bool {
     func >= PTHREAD_FN_RWLOCK_RDLOCK
 }
 
-/// Is a futex word at `uaddr` part of the lock object at `obj` of `size` bytes? glibc
-/// mutexes wait on `__lock` (the first word); rwlocks on `__readers` or
-/// `__writers_futex`, both inside the object.
+/// Does this lock function take a rwlock for reading?
 #[inline(always)]
-pub const fn pthread_word_in_object(obj: u64, size: u64, uaddr: u64) -> bool {
-    uaddr >= obj && size >= 4 && uaddr - obj <= size - 4
+pub const fn pthread_fn_is_rdlock(func: u32) -> bool {
+    func >= PTHREAD_FN_RWLOCK_RDLOCK && func <= PTHREAD_FN_RWLOCK_CLOCKRDLOCK
 }
 
-/// How an attributed futex call counts (the futex exit probe tells the pthread code).
+/// How a finished wait counts (the futex exit probe says).
 pub const PTHREAD_NO_WAIT: u32 = 0;
 pub const PTHREAD_WAITED: u32 = 1;
 /// Waited, then timed out or was interrupted.
 pub const PTHREAD_WAIT_FAILED: u32 = 2;
 
-/// Sizes of the lock objects on the traced machine (`sizeof(pthread_mutex_t)`, ...), set
-/// by the loader from the C library's types.
+/// Bytes of user stack copied per wait: the C library's frames between the futex syscall
+/// and the user call site (a lock function and its helpers) take a few hundred.
+pub const PTHREAD_STACK_BYTES: usize = 768;
+/// The ring buffer the waits travel through (drained continuously by a reader thread).
+pub const PTHREAD_EVENTS_BYTES: u32 = 8 << 20;
+
+/// Set by the loader: is attribution on (a shared C library to unwind through)?
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct PthreadConfig {
-    pub mutex_size: u32,
-    pub rwlock_size: u32,
+    pub enabled: u32,
+    pub _pad: u32,
 }
 assert_size!(PthreadConfig, 8);
 
-/// A lock function in progress, per thread.
+/// One finished blocking futex call of a traced thread, with what unwinding needs.
 #[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct PthreadCall {
-    /// The lock object (first argument).
-    pub obj: u64,
-    /// The user call site: the return address at the lock function's entry.
-    pub site: u64,
-    /// `PTHREAD_FN_*`.
-    pub func: u32,
-    /// 1 when the return address could not be read (`site` is 0).
-    pub site_unreadable: u32,
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PthreadWaitEvent {
+    pub uaddr: u64,
+    pub wait_ns: u64,
+    /// User registers at the syscall: instruction pointer, stack pointer, frame pointer.
+    pub ip: u64,
+    pub sp: u64,
+    pub bp: u64,
+    pub tgid: u32,
+    pub tid: u32,
+    /// `PTHREAD_WAITED`, `PTHREAD_WAIT_FAILED` or `PTHREAD_NO_WAIT` (EAGAIN, an error).
+    pub waited: u32,
+    /// Bytes of `stack` copied from `sp` up (0: the stack could not be read).
+    pub stack_len: u32,
+    pub stack: [u8; PTHREAD_STACK_BYTES],
 }
-assert_size!(PthreadCall, 24);
+assert_size!(PthreadWaitEvent, 56 + PTHREAD_STACK_BYTES);
 
-/// Attributed futex calls are aggregated per (process, futex word, call site, function).
+/// A syscall site userspace found never to be a lock function's (outside the C library,
+/// or in its `syscall()` wrapper): the kernel skips waits made there without sending them.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct PthreadSkipKey {
+    pub ip: u64,
+    pub tgid: u32,
+    pub _pad: u32,
+}
+assert_size!(PthreadSkipKey, 16);
+
+pub const PTHREAD_SKIP_MAX_ENTRIES: u32 = 8192;
+
+/// Attributed waits are aggregated (in userspace) per (process, futex word, call site,
+/// function).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct PthreadSiteKey {
@@ -89,109 +112,36 @@ pub struct PthreadSiteKey {
 }
 assert_size!(PthreadSiteKey, 24);
 
-/// Per-CPU figures of one call site on one futex word.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct PthreadSiteStats {
-    /// Blocking futex calls that waited (as the futex entry's `wait`).
-    pub wait: ContentionStats,
-    /// The lock object the word belongs to (latest seen).
-    pub obj: u64,
-    /// Every attributed futex call (waits, EAGAIN returns, errors).
-    pub calls: u64,
-}
-assert_size!(
-    PthreadSiteStats,
-    core::mem::size_of::<ContentionStats>() + 16
-);
+/// Slots of the per-CPU `PTHREAD_COUNTERS` array (kernel side).
+/// Waits of traced tasks sent to userspace for unwinding.
+pub const PCNT_SENT: u32 = 0;
+/// Waits whose user stack could not be read (sent without it: call site unknown).
+pub const PCNT_STACK_UNREADABLE: u32 = 1;
+/// The ring buffer was full: that wait stays unattributed (its futex figures stay exact).
+pub const PCNT_LOST_RING_FULL: u32 = 2;
+/// Waits made at a syscall site in `PTHREAD_SKIP` (not a lock's): not sent.
+pub const PCNT_SKIPPED: u32 = 3;
+pub const PTHREAD_COUNTERS_LEN: u32 = 4;
 
-impl PthreadSiteStats {
-    pub const EMPTY: Self = Self {
-        wait: ContentionStats::EMPTY,
-        obj: 0,
-        calls: 0,
-    };
-}
+pub const PTHREAD_COUNTER_NAMES: [&str; PTHREAD_COUNTERS_LEN as usize] =
+    ["sent", "stack_unreadable", "pthread_ring_full", "skipped"];
 
-impl Default for PthreadSiteStats {
-    fn default() -> Self {
-        Self::EMPTY
-    }
-}
-
-/// Slots of the per-CPU `PTHREAD_COUNTERS` array.
-/// Lock function entries of traced tasks.
-pub const PCNT_ENTER: u32 = 0;
-/// Lock function returns of traced tasks that had an entry.
-pub const PCNT_RETURN: u32 = 1;
-/// Futex calls attributed to a lock object.
-pub const PCNT_ATTRIBUTED: u32 = 2;
-/// Futex calls made inside a lock function on a word outside its object (not attributed).
-pub const PCNT_OTHER_WORD: u32 = 3;
-/// Entries whose return address could not be read (attributed with an unknown site).
-pub const PCNT_SITE_UNREADABLE: u32 = 4;
-/// The per-thread map was full: that lock call's futex calls stay unattributed.
-pub const PCNT_LOST_CALL_FULL: u32 = 5;
-/// The per-site map was full: an attributed futex call was not stored.
-pub const PCNT_LOST_SITE_FULL: u32 = 6;
-pub const PTHREAD_COUNTERS_LEN: u32 = 7;
-
-pub const PTHREAD_COUNTER_NAMES: [&str; PTHREAD_COUNTERS_LEN as usize] = [
-    "enter",
-    "return",
-    "attributed",
-    "other_word",
-    "site_unreadable",
-    "pthread_call_map_full",
-    "pthread_site_map_full",
-];
-
-pub const PTHREAD_CALLS_MAX_ENTRIES: u32 = 32768;
-pub const PTHREAD_SITES_MAX_ENTRIES: u32 = 4096;
-/// Memory the loader lets `PTHREAD_SITES` take (per-CPU, preallocated).
-pub const PTHREAD_SITES_MEMORY_BUDGET: u64 = 8 << 20;
-pub const PTHREAD_SITES_MIN_ENTRIES: u32 = 256;
-
-/// Entries of `PTHREAD_SITES` for this many CPUs.
-pub const fn pthread_sites_entries(cpus: u32) -> u32 {
-    let per_entry =
-        core::mem::size_of::<PthreadSiteStats>() as u64 * if cpus == 0 { 1 } else { cpus as u64 };
-    let n = PTHREAD_SITES_MEMORY_BUDGET / per_entry;
-    if n > PTHREAD_SITES_MAX_ENTRIES as u64 {
-        PTHREAD_SITES_MAX_ENTRIES
-    } else if n < PTHREAD_SITES_MIN_ENTRIES as u64 {
-        PTHREAD_SITES_MIN_ENTRIES
-    } else {
-        n as u32
-    }
-}
+/// Call sites userspace keeps per recording; a wait at a new site past this is counted
+/// as lost (`pthread_site_map_full`).
+pub const PTHREAD_SITES_MAX_ENTRIES: u32 = 65536;
 
 #[cfg(feature = "user")]
 mod pod {
     use super::*;
     unsafe impl aya::Pod for PthreadConfig {}
-    unsafe impl aya::Pod for PthreadCall {}
+    unsafe impl aya::Pod for PthreadWaitEvent {}
+    unsafe impl aya::Pod for PthreadSkipKey {}
     unsafe impl aya::Pod for PthreadSiteKey {}
-    unsafe impl aya::Pod for PthreadSiteStats {}
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn words_inside_the_object_only() {
-        // A 40-byte mutex at 0x1000: words at 0x1000..=0x1024.
-        assert!(pthread_word_in_object(0x1000, 40, 0x1000));
-        assert!(pthread_word_in_object(0x1000, 40, 0x1024));
-        assert!(!pthread_word_in_object(0x1000, 40, 0x1025));
-        assert!(!pthread_word_in_object(0x1000, 40, 0x1028));
-        assert!(!pthread_word_in_object(0x1000, 40, 0xffc));
-        // No overflow at the top of the address space, no match for a nonsense size.
-        assert!(pthread_word_in_object(u64::MAX - 7, 8, u64::MAX - 3));
-        assert!(!pthread_word_in_object(0x1000, 0, 0x1000));
-        assert!(!pthread_word_in_object(0x1000, 3, 0x1000));
-    }
 
     #[test]
     fn functions_by_kind() {
@@ -203,13 +153,8 @@ mod tests {
             PTHREAD_FN_NAMES[PTHREAD_FN_RWLOCK_TIMEDWRLOCK as usize],
             "pthread_rwlock_timedwrlock"
         );
-    }
-
-    #[test]
-    fn site_map_shrinks_with_cpus() {
-        assert_eq!(pthread_sites_entries(2), PTHREAD_SITES_MAX_ENTRIES);
-        assert_eq!(pthread_sites_entries(100_000), PTHREAD_SITES_MIN_ENTRIES);
-        let n = pthread_sites_entries(64);
-        assert!((PTHREAD_SITES_MIN_ENTRIES..=PTHREAD_SITES_MAX_ENTRIES).contains(&n));
+        assert!(pthread_fn_is_rdlock(PTHREAD_FN_RWLOCK_CLOCKRDLOCK));
+        assert!(!pthread_fn_is_rdlock(PTHREAD_FN_RWLOCK_WRLOCK));
+        assert!(!pthread_fn_is_rdlock(PTHREAD_FN_MUTEX_LOCK));
     }
 }

@@ -290,6 +290,11 @@ impl Session {
             process_alive,
         );
         let forget = forgettable(raw, wait_task, &gone);
+        if !gone.is_empty() {
+            self.probes
+                .pthread
+                .forget(&gone.iter().copied().collect::<Vec<_>>());
+        }
         let ebpf = self.probes.ebpf();
         let mut forgotten = self.forgotten.get();
         forgotten.stats += delete_keys(ebpf, "CONTENTION_STATS", &forget.stats)?;
@@ -525,24 +530,17 @@ impl Session {
     /// Read the memory maps of processes with new pthread call sites while they live, so
     /// that the sites can be named after the processes exit. Cheap; call it often.
     pub fn observe_user_sites(&self) {
-        if self.probes.pthread.active()
-            && let Ok(keys) = crate::source::futex::read_pthread_site_keys(self.probes.ebpf())
-        {
+        let keys = self.probes.pthread.site_keys();
+        if !keys.is_empty() {
             self.user_names.observe(&keys);
         }
     }
 
-    /// Attribute pthread locks of process `pid` too (a launched command): probe the C
-    /// libraries it maps that are not probed yet. Returns notes on what cannot be probed.
-    pub fn attach_pthread_pid(&mut self, pid: u32) -> Vec<String> {
-        let before = self.probes.pthread.notes.len();
-        self.probes.attach_pthread_pid(pid);
-        self.probes.pthread.notes[before..].to_vec()
-    }
-
-    /// Read process `pid`'s maps now, to name its call sites should it exit early.
+    /// Read process `pid`'s maps now, to unwind its waits and name its call sites should
+    /// it exit early.
     pub fn remember_process(&self, pid: u32) {
         self.user_names.remember(pid);
+        self.probes.pthread.remember(pid);
     }
 
     /// Record a note on pthread attribution (kept in the recording's `futex_events`).
@@ -551,10 +549,7 @@ impl Session {
     }
 
     fn fill_pthread(&self, p: &mut crate::aggregate::pthread::PthreadSnapshot) {
-        let pt = &self.probes.pthread;
-        p.active = pt.active();
-        p.libraries = pt.libraries.iter().map(|l| l.path.clone()).collect();
-        p.notes = pt.notes.clone();
+        self.probes.pthread.fill(p);
         let keys: Vec<(u32, u64)> = p.sites.iter().map(|s| (s.key.tgid, s.key.site)).collect();
         p.site_names = self.user_names.names(&keys);
     }

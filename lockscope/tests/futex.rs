@@ -159,7 +159,7 @@ fn pthread_mutex_shows_at_the_mutex_address() {
     assert_nothing_lost_in_futex(&rec);
     assert!(num(&s, "ops") > 0);
     // glibc's mutex waits and wakes on the word at the start of the mutex; the libc
-    // uprobes name it (tests/pthread.rs checks the attribution itself).
+    // attribution names it (tests/pthread.rs checks the attribution itself).
     assert_eq!(l["type"], "pthread-mutex");
     assert!(field(&l, "wait_calls") > 0, "{l}");
     assert!(field(&l, "wake_calls") > 0, "{l}");

@@ -1,5 +1,5 @@
-//! pthread lock attribution on the real kernel: libc uprobes name futex words after their
-//! pthread mutex / rwlock and the user call sites; static programs, targets that exit and
+//! pthread lock attribution on the real kernel: waits unwound at the futex syscall name
+//! futex words after their pthread mutex / rwlock and the user call sites; static programs, targets that exit and
 //! 10,000 threads do not break anything, and nothing is dropped without being counted.
 
 mod common;
@@ -122,9 +122,17 @@ fn pthread_mutex_is_named_with_the_workloads_call_site() {
         ev["libraries"][0].as_str().unwrap().contains("libc.so"),
         "{ev}"
     );
-    assert!(ev["enter"].as_u64().unwrap() >= num(&s, "ops"), "{ev}");
-    assert_eq!(ev["enter"], ev["return"], "every entry returned: {ev}");
+    assert_eq!(ev["method"], "futex-unwind", "{ev}");
+    // Every wait the kernel sent was unwound, and only waits were sent: far fewer than
+    // the lock calls (an uncontended call never reaches the kernel).
+    assert_eq!(ev["sent"], ev["unwound"], "{ev}");
+    assert!(
+        ev["sent"].as_u64().unwrap() < num(&s, "ops"),
+        "{ev} vs {s:?}"
+    );
+    assert!(ev["attributed"].as_u64().unwrap() >= futex["wait_calls"].as_u64().unwrap());
     assert_eq!(ev["site_unreadable"], 0);
+    assert_eq!(ev["no_maps"], 0);
     // The text report shows the type and the call site.
     let row = stdout
         .lines()
@@ -298,7 +306,7 @@ fn a_pid_that_exits_mid_trace_keeps_its_data() {
         "futex_call_map_full",
         "futex_stats_map_full",
         "futex_stats_evicted",
-        "pthread_call_map_full",
+        "pthread_ring_full",
         "pthread_site_map_full",
     ] {
         assert_eq!(rec["lost"][k], 0, "{:#}", rec["lost"]);

@@ -291,14 +291,19 @@ fn on_exit(ret: i64, from_restart_syscall: bool) {
     fcount(FCNT_EXIT);
     let now = unsafe { bpf_ktime_get_ns() };
     account(&call, ret, now, false);
-    // Inside a pthread lock function? Name the word after its lock object.
-    let waited = match futex_outcome(futex_class(call.cmd), ret) {
+    // A wait (the only futex call a pthread lock makes): send it to be unwound, so the
+    // word can be named after its lock object and call site.
+    let class = futex_class(call.cmd);
+    if class != FUTEX_CLASS_WAIT && class != FUTEX_CLASS_LOCK_PI {
+        return;
+    }
+    let waited = match futex_outcome(class, ret) {
         FUTEX_OUTCOME_WAITED => PTHREAD_WAITED,
         FUTEX_OUTCOME_TIMEOUT | FUTEX_OUTCOME_INTERRUPTED => PTHREAD_WAIT_FAILED,
         _ => PTHREAD_NO_WAIT,
     };
     let wait_ns = now.saturating_sub(call.ts_ns);
-    crate::probes::pthread::attribute(call.tgid, call.uaddr, wait_ns, waited);
+    crate::probes::pthread::send_wait(call.tgid, call.uaddr, wait_ns, waited);
 }
 
 /// Fold one finished call into its (tgid, uaddr) entry. `unpaired`: the call's exit

@@ -1,5 +1,6 @@
 //! pthread lock attribution in the recording: which futex words belong to a pthread mutex
-//! or rwlock, the lock object's address and the user call sites that waited. Pure.
+//! or rwlock, the lock object's address and the user call sites that waited. Pure: the
+//! waits come unwound ([`PthreadTally::add`]).
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -9,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use super::{WaitStats, recording::CallerEntry};
 use crate::decode::LockType;
 
-/// One call site's attributed futex calls on one word, CPUs summed.
+/// One call site's attributed waits on one futex word.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PthreadSite {
     pub key: PthreadSiteKey,
@@ -18,39 +19,147 @@ pub struct PthreadSite {
     pub wait: WaitStats,
 }
 
-impl PthreadSite {
-    /// Sum a per-CPU map value over CPUs (the object: the last non-zero one).
-    pub fn merge_cpus<'a>(
-        key: PthreadSiteKey,
-        values: impl IntoIterator<Item = &'a PthreadSiteStats>,
-    ) -> Self {
-        let mut s = Self {
+/// Where an unwound wait goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WaitAttribution {
+    /// Inside lock function `func`, called from `site` (0: unknown).
+    Lock { func: u32, site: u64 },
+    /// Not a pthread lock's wait.
+    NotALock,
+    /// Its process's memory map could not be read.
+    NoMaps,
+}
+
+/// Counters of userspace's part (the kernel's are `PTHREAD_COUNTERS`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TallyCounters {
+    /// Waits read from the ring buffer.
+    pub unwound: u64,
+    pub attributed: u64,
+    pub not_a_lock: u64,
+    /// Attributed, with the call site unknown (stack unreadable or cut short).
+    pub site_unknown: u64,
+    pub no_maps: u64,
+    /// Waits at a new site once `PTHREAD_SITES_MAX_ENTRIES` were kept: not stored.
+    pub site_map_full: u64,
+    /// Ring buffer records of the wrong size (never expected).
+    pub malformed: u64,
+}
+
+/// Every attributed wait so far, per (process, word, call site, function).
+#[derive(Debug, Clone, Default)]
+pub struct PthreadTally {
+    pub sites: HashMap<PthreadSiteKey, PthreadSite>,
+    pub counters: TallyCounters,
+}
+
+/// The object a lock function's futex word belongs to. glibc's mutex waits on `__lock`,
+/// its first word; its rwlock (`__readers`, `__writers`, `__wrphase_futex`,
+/// `__writers_futex`, ...) on `__wrphase_futex` (byte 8) for readers and writers and on
+/// `__writers_futex` (byte 12) for writers only. A reader's word is byte 8; a writer's
+/// word is byte 12 when its process also waits on the word 4 bytes below, else byte 8
+/// (see [`infer_rwlock_objects`]).
+pub const RWLOCK_WRPHASE_OFFSET: u64 = 8;
+pub const RWLOCK_WRITERS_OFFSET: u64 = 12;
+
+impl PthreadTally {
+    /// Count one wait (`waited`: `PTHREAD_*` as the probe sent it).
+    pub fn add(&mut self, tgid: u32, uaddr: u64, wait_ns: u64, waited: u32, a: WaitAttribution) {
+        let c = &mut self.counters;
+        c.unwound += 1;
+        let (func, site) = match a {
+            WaitAttribution::Lock { func, site } => (func, site),
+            WaitAttribution::NotALock => {
+                c.not_a_lock += 1;
+                return;
+            }
+            WaitAttribution::NoMaps => {
+                c.no_maps += 1;
+                return;
+            }
+        };
+        let key = PthreadSiteKey {
+            uaddr,
+            site,
+            tgid,
+            func,
+        };
+        if !self.sites.contains_key(&key) && self.sites.len() >= PTHREAD_SITES_MAX_ENTRIES as usize
+        {
+            c.site_map_full += 1;
+            return;
+        }
+        c.attributed += 1;
+        if site == 0 {
+            c.site_unknown += 1;
+        }
+        let s = self.sites.entry(key).or_insert_with(|| PthreadSite {
             key,
-            obj: 0,
+            obj: uaddr,
             calls: 0,
             wait: WaitStats::default(),
-        };
-        for v in values {
-            s.calls += v.calls;
-            s.wait.merge(&WaitStats::from_raw(&v.wait));
-            if v.obj != 0 {
-                s.obj = v.obj;
-            }
+        });
+        s.calls += 1;
+        if waited != PTHREAD_NO_WAIT {
+            s.wait.add(wait_ns, waited == PTHREAD_WAIT_FAILED);
         }
-        s
+    }
+
+    /// Forget the sites of processes for which `gone` is true.
+    pub fn forget(&mut self, gone: impl Fn(u32) -> bool) {
+        self.sites.retain(|k, _| !gone(k.tgid));
+    }
+
+    /// The sites with their lock objects worked out.
+    pub fn sites(&self) -> Vec<PthreadSite> {
+        let mut v: Vec<PthreadSite> = self.sites.values().cloned().collect();
+        infer_rwlock_objects(&mut v);
+        v.sort_by_key(|s| s.key);
+        v
     }
 }
 
-/// What the pthread probes recorded, plus what userspace knows about them.
+/// Set each site's `obj`: a mutex's word is its object; a rwlock word's object is found
+/// from its offset (see [`RWLOCK_WRPHASE_OFFSET`]).
+pub fn infer_rwlock_objects(sites: &mut [PthreadSite]) {
+    use std::collections::HashSet;
+    let rwlock_words: HashSet<(u32, u64)> = sites
+        .iter()
+        .filter(|s| pthread_fn_is_rwlock(s.key.func))
+        .map(|s| (s.key.tgid, s.key.uaddr))
+        .collect();
+    // Words a reader waited on: always `__wrphase_futex`.
+    let read_words: HashSet<(u32, u64)> = sites
+        .iter()
+        .filter(|s| pthread_fn_is_rdlock(s.key.func))
+        .map(|s| (s.key.tgid, s.key.uaddr))
+        .collect();
+    for s in sites.iter_mut() {
+        let (tgid, w) = (s.key.tgid, s.key.uaddr);
+        s.obj = if !pthread_fn_is_rwlock(s.key.func) {
+            w
+        } else if read_words.contains(&(tgid, w)) {
+            w.wrapping_sub(RWLOCK_WRPHASE_OFFSET)
+        } else if rwlock_words.contains(&(tgid, w.wrapping_sub(4))) {
+            w.wrapping_sub(RWLOCK_WRITERS_OFFSET)
+        } else {
+            w.wrapping_sub(RWLOCK_WRPHASE_OFFSET)
+        };
+    }
+}
+
+/// What the pthread attribution recorded, plus what userspace knows about it.
 #[derive(Debug, Clone, Default)]
 pub struct PthreadSnapshot {
-    /// The uprobes are attached to at least one C library.
+    /// Attribution is on (the futex probes send waits to be unwound).
     pub active: bool,
     pub sites: Vec<PthreadSite>,
+    /// The kernel's `PTHREAD_COUNTERS`.
     pub counters: [u64; PTHREAD_COUNTERS_LEN as usize],
+    pub tally: TallyCounters,
     /// Symbolized call sites by (tgid, address); missing ones are shown as addresses.
     pub site_names: HashMap<(u32, u64), String>,
-    /// Libraries probed and notes on what cannot be attributed.
+    /// C libraries unwound through, and notes on what cannot be attributed.
     pub libraries: Vec<String>,
     pub notes: Vec<String>,
 }
@@ -64,7 +173,7 @@ pub struct PthreadLock {
     pub object: String,
     /// Where the futex word sits in the object (glibc: 0 for a mutex's `__lock`).
     pub word_offset: u64,
-    /// Futex calls on this word made inside a lock function (waits, EAGAIN, errors).
+    /// Futex waits on this word made inside a lock function (waits and EAGAIN returns).
     pub attributed_calls: u64,
 }
 
@@ -72,48 +181,66 @@ pub struct PthreadLock {
 /// `futex_events`).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PthreadEvents {
-    /// C libraries whose lock functions were probed.
+    /// How waits are attributed: `"futex-unwind"` (the user stack of each blocking futex
+    /// call, unwound through the C library; nothing on uncontended lock calls).
+    #[serde(default)]
+    pub method: String,
+    /// C libraries unwound through.
     pub libraries: Vec<String>,
     /// Why some pthread locks could not be attributed.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
-    /// Lock function entries and returns of traced tasks.
-    pub enter: u64,
-    pub r#return: u64,
-    /// Futex calls attributed to a lock object.
+    /// Blocking futex calls of traced tasks sent by the kernel, and unwound here.
+    #[serde(default)]
+    pub sent: u64,
+    #[serde(default)]
+    pub unwound: u64,
+    /// Waits at syscall sites found never to be a lock's (a raw futex loop): counted by
+    /// the kernel, not sent.
+    #[serde(default)]
+    pub skipped: u64,
+    /// Waits attributed to a lock object.
     pub attributed: u64,
-    /// Futex calls inside a lock function on a word outside its object.
-    pub other_word: u64,
-    /// Entries whose return address could not be read (call site unknown).
+    /// Waits not made by a pthread lock function (raw futexes, condition variables, ...).
+    #[serde(default)]
+    pub not_a_lock: u64,
+    /// Attributed waits whose call site is unknown (stack unreadable or cut short).
     pub site_unreadable: u64,
+    /// Waits of processes whose memory map could not be read.
+    #[serde(default)]
+    pub no_maps: u64,
 }
 
 impl PthreadEvents {
     pub fn from_snapshot(p: &PthreadSnapshot) -> Self {
-        let c = &p.counters;
+        let t = &p.tally;
         Self {
+            method: if p.active { "futex-unwind" } else { "off" }.to_owned(),
             libraries: p.libraries.clone(),
             notes: p.notes.clone(),
-            enter: c[PCNT_ENTER as usize],
-            r#return: c[PCNT_RETURN as usize],
-            attributed: c[PCNT_ATTRIBUTED as usize],
-            other_word: c[PCNT_OTHER_WORD as usize],
-            site_unreadable: c[PCNT_SITE_UNREADABLE as usize],
+            sent: p.counters[PCNT_SENT as usize],
+            unwound: t.unwound,
+            skipped: p.counters[PCNT_SKIPPED as usize],
+            attributed: t.attributed,
+            not_a_lock: t.not_a_lock,
+            site_unreadable: t.site_unknown,
+            no_maps: t.no_maps,
         }
     }
 }
 
-/// The `lost` counters of the pthread probes, by name.
+/// The `lost` counters of pthread attribution, by name.
 pub fn pthread_lost(p: &PthreadSnapshot) -> BTreeMap<String, u64> {
-    [PCNT_LOST_CALL_FULL, PCNT_LOST_SITE_FULL]
-        .into_iter()
-        .map(|i| {
-            (
-                PTHREAD_COUNTER_NAMES[i as usize].to_owned(),
-                p.counters[i as usize],
-            )
-        })
-        .collect()
+    BTreeMap::from([
+        (
+            PTHREAD_COUNTER_NAMES[PCNT_LOST_RING_FULL as usize].to_owned(),
+            p.counters[PCNT_LOST_RING_FULL as usize],
+        ),
+        (
+            "pthread_site_map_full".to_owned(),
+            p.tally.site_map_full + p.tally.malformed,
+        ),
+    ])
 }
 
 /// The lock type of an attributed word: the kind with the most attributed calls.
@@ -243,27 +370,98 @@ mod tests {
     }
 
     #[test]
-    fn cpus_merge_and_keep_the_object() {
-        let key = PthreadSiteKey {
-            uaddr: 0x1008,
+    fn tally_counts_every_wait_once() {
+        let mut t = PthreadTally::default();
+        let lock = WaitAttribution::Lock {
+            func: PTHREAD_FN_MUTEX_LOCK,
             site: 0x4000,
-            tgid: 1,
-            func: PTHREAD_FN_RWLOCK_WRLOCK,
         };
-        let mut a = PthreadSiteStats::EMPTY;
-        a.calls = 3;
-        a.obj = 0x1000;
-        a.wait.count = 1;
-        a.wait.total_ns = 500;
-        a.wait.min_ns = 500;
-        a.wait.max_ns = 500;
-        a.wait.hist[log2_bucket(500)] = 1;
-        let unused = PthreadSiteStats::EMPTY;
-        let s = PthreadSite::merge_cpus(key, [&a, &unused]);
-        assert_eq!(
-            (s.calls, s.obj, s.wait.count, s.wait.total_ns),
-            (3, 0x1000, 1, 500)
+        t.add(7, 0x1000, 500, PTHREAD_WAITED, lock);
+        t.add(7, 0x1000, 300, PTHREAD_WAIT_FAILED, lock);
+        t.add(7, 0x1000, 0, PTHREAD_NO_WAIT, lock);
+        t.add(7, 0x2000, 100, PTHREAD_WAITED, WaitAttribution::NotALock);
+        t.add(8, 0x2000, 100, PTHREAD_WAITED, WaitAttribution::NoMaps);
+        t.add(
+            7,
+            0x1000,
+            50,
+            PTHREAD_WAITED,
+            WaitAttribution::Lock {
+                func: PTHREAD_FN_MUTEX_LOCK,
+                site: 0,
+            },
         );
+        let c = t.counters;
+        assert_eq!(
+            (
+                c.unwound,
+                c.attributed,
+                c.not_a_lock,
+                c.no_maps,
+                c.site_unknown
+            ),
+            (6, 4, 1, 1, 1)
+        );
+        let sites = t.sites();
+        assert_eq!(sites.len(), 2);
+        let s = sites.iter().find(|s| s.key.site == 0x4000).unwrap();
+        // Three calls; two of them waited (one failed), the EAGAIN did not.
+        assert_eq!((s.calls, s.wait.count, s.wait.failed), (3, 2, 1));
+        assert_eq!(
+            (s.wait.total_ns, s.wait.min_ns, s.wait.max_ns),
+            (800, 300, 500)
+        );
+        assert_eq!(s.obj, 0x1000);
+        t.forget(|tgid| tgid == 7);
+        assert!(t.sites().is_empty());
+    }
+
+    #[test]
+    fn a_full_site_table_counts_what_it_drops() {
+        let mut t = PthreadTally::default();
+        for i in 0..PTHREAD_SITES_MAX_ENTRIES as u64 + 3 {
+            t.add(
+                1,
+                0x1000,
+                1,
+                PTHREAD_WAITED,
+                WaitAttribution::Lock {
+                    func: PTHREAD_FN_MUTEX_LOCK,
+                    site: 0x10_0000 + i,
+                },
+            );
+        }
+        assert_eq!(t.counters.site_map_full, 3);
+        assert_eq!(t.sites.len(), PTHREAD_SITES_MAX_ENTRIES as usize);
+        // Known sites still count.
+        t.add(
+            1,
+            0x1000,
+            1,
+            PTHREAD_WAITED,
+            WaitAttribution::Lock {
+                func: PTHREAD_FN_MUTEX_LOCK,
+                site: 0x10_0000,
+            },
+        );
+        assert_eq!(t.counters.site_map_full, 3);
+    }
+
+    #[test]
+    fn rwlock_objects_from_their_words() {
+        let w = |uaddr, func| site(uaddr, 0x4000, func, 1, 10);
+        // Reader and writer on __wrphase_futex (0x1008), a writer on __writers_futex.
+        let mut v = vec![
+            w(0x1008, PTHREAD_FN_RWLOCK_RDLOCK),
+            w(0x1008, PTHREAD_FN_RWLOCK_WRLOCK),
+            w(0x100c, PTHREAD_FN_RWLOCK_WRLOCK),
+            // A lone writer word of another rwlock: its __wrphase_futex.
+            w(0x2008, PTHREAD_FN_RWLOCK_TIMEDWRLOCK),
+            w(0x3000, PTHREAD_FN_MUTEX_LOCK),
+        ];
+        infer_rwlock_objects(&mut v);
+        let objs: Vec<u64> = v.iter().map(|s| s.obj).collect();
+        assert_eq!(objs, vec![0x1000, 0x1000, 0x1000, 0x2000, 0x3000]);
     }
 
     #[test]
@@ -319,9 +517,10 @@ mod tests {
         let (_, _, callers) = attribution(&[&a], &HashMap::new()).unwrap();
         assert_eq!(callers[0].caller, "[unknown]");
         let mut p = PthreadSnapshot::default();
-        p.counters[PCNT_LOST_SITE_FULL as usize] = 4;
+        p.counters[PCNT_LOST_RING_FULL as usize] = 4;
+        p.tally.site_map_full = 2;
         let lost = pthread_lost(&p);
-        assert_eq!(lost["pthread_site_map_full"], 4);
-        assert_eq!(lost["pthread_call_map_full"], 0);
+        assert_eq!(lost["pthread_ring_full"], 4);
+        assert_eq!(lost["pthread_site_map_full"], 2);
     }
 }

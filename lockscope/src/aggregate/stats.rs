@@ -49,6 +49,21 @@ impl WaitStats {
         }
     }
 
+    /// One more wait of `ns` (`failed`: it ended without the lock).
+    pub fn add(&mut self, ns: u64, failed: bool) {
+        self.min_ns = if self.count == 0 {
+            ns
+        } else {
+            self.min_ns.min(ns)
+        };
+        self.count = self.count.saturating_add(1);
+        self.failed = self.failed.saturating_add(failed as u64);
+        self.total_ns = self.total_ns.saturating_add(ns);
+        self.max_ns = self.max_ns.max(ns);
+        let b = lockscope_common::log2_bucket(ns);
+        self.hist[b] = self.hist[b].saturating_add(1);
+    }
+
     pub fn merge(&mut self, other: &WaitStats) {
         if other.count == 0 {
             return;

@@ -6,8 +6,7 @@ use crate::probe::{
     btf::{KernelBtf, KernelOffsets, VMLINUX_BTF},
     features,
     loader::{
-        FUTEX_PROGRAMS, FUTEX_RESTART_EXIT, HookKind, probe_pthread_uprobes, probe_rwsem_hooks,
-        probe_spin_hooks, try_load,
+        FUTEX_PROGRAMS, FUTEX_RESTART_EXIT, HookKind, probe_rwsem_hooks, probe_spin_hooks, try_load,
     },
     rwsem::HOOKS,
 };
@@ -44,48 +43,38 @@ fn futex_rows(tracefs: Option<&Path>, can_load: bool) {
     pthread_row(can_load);
 }
 
-/// pthread attribution: the system C library's lock functions, uprobes tried for real.
+/// pthread attribution: waits unwound through the system C library's `.eh_frame`.
 fn pthread_row(can_load: bool) {
     let row = |status: &str, detail: String| {
         println!(
             "{:<26} {:<11} {status:<10} {detail}",
-            "pthread attribution", "uprobe"
+            "pthread attribution", "futex+unwind"
         )
     };
-    if !Path::new("/sys/bus/event_source/devices/uprobe").exists() {
-        return row(
-            "missing",
-            "no uprobe PMU (CONFIG_UPROBE_EVENTS off): futex words are named by address".into(),
-        );
-    }
     if !can_load {
         return row("missing", "not tried: needs BTF and privileges".into());
     }
-    match probe_pthread_uprobes() {
-        Ok(p) if p.active() => {
-            for lib in &p.libraries {
-                row(
-                    "available",
-                    format!(
-                        "{}: {} (statically linked programs: futex words by address)",
-                        lib.path,
-                        lib.functions.join(", ")
-                    ),
-                );
-            }
-        }
-        Ok(p) => row(
+    let Some((path, shown)) = crate::probe::pthread::system_libc() else {
+        return row(
             "missing",
+            "no shared C library found (lockscope and init map none): futex words are named \
+             by address"
+                .into(),
+        );
+    };
+    match crate::symbolize::unwind::check_library(&path) {
+        Ok(funcs) => row(
+            "available",
             format!(
-                "{}; futex words are named by address",
-                if p.notes.is_empty() {
-                    "no C library found".to_owned()
-                } else {
-                    p.notes.join("; ")
-                }
+                "{shown}: {} (at the futex syscall, only waits that block; statically linked \
+                 programs: futex words by address)",
+                funcs.join(", ")
             ),
         ),
-        Err(e) => row("missing", format!("{e:#}")),
+        Err(e) => row(
+            "missing",
+            format!("{shown}: {e}; futex words are named by address"),
+        ),
     }
 }
 

@@ -45,8 +45,8 @@ pub fn run(args: RecordArgs) -> anyhow::Result<ExitCode> {
         && resolve_command(cmd).is_ok_and(|p| is_static_elf(&p).unwrap_or(false))
     {
         session.pthread_note(format!(
-            "`{cmd}` is statically linked: no shared C library to probe, so its pthread \
-             locks show as futex words"
+            "`{cmd}` is statically linked: no shared C library to unwind through, so its \
+             pthread locks show as futex words"
         ));
     }
     for note in &session.probes().pthread.notes {
@@ -226,16 +226,14 @@ fn process_exited(pid: u32) -> bool {
     }
 }
 
-/// A launched command maps its C library right after exec: probe it when it is not the
-/// system's (waits at most 200 ms for the dynamic loader; a static command maps none).
-async fn attach_command_libc(session: &mut Session, pid: u32) {
+/// A launched command maps its C library right after exec: read its maps then, so its
+/// waits can be unwound and named even if it exits at once (waits at most 200 ms for the
+/// dynamic loader; a static command maps none).
+async fn remember_command(session: &mut Session, pid: u32) {
     for _ in 0..40 {
         match crate::probe::pthread::libcs_of_pid(pid) {
             Ok(libs) if !libs.is_empty() => {
                 session.remember_process(pid);
-                for note in session.attach_pthread_pid(pid) {
-                    eprintln!("lockscope: note: {note}");
-                }
                 return;
             }
             Ok(_) => tokio::time::sleep(Duration::from_millis(5)).await,
@@ -298,7 +296,7 @@ async fn wait_for_stop(
     if let Some(pid) = child.as_ref().and_then(|c| c.id())
         && session.probes().futex
     {
-        attach_command_libc(session, pid).await;
+        remember_command(session, pid).await;
     }
     let session = &*session;
     // Read the maps of processes with new pthread call sites while they live.

@@ -9,10 +9,7 @@ use aya::{
     maps::HashMap as BpfHashMap,
     programs::{BtfTracePoint, Link as _, TracePoint, links::FdLink, trace_point::TracePointLink},
 };
-use lockscope_common::{
-    FILTER_ALL, FILTER_CGROUP, FILTER_TGIDS, ProbeConfig, futex_stats_entries,
-    pthread_sites_entries,
-};
+use lockscope_common::{FILTER_ALL, FILTER_CGROUP, FILTER_TGIDS, ProbeConfig, futex_stats_entries};
 
 use super::{
     btf::{KernelBtf, KernelOffsets, VMLINUX_BTF},
@@ -166,8 +163,11 @@ impl Probes {
                 true,
             )
             .map_max_entries("FUTEX_STATS", futex_stats_entries(cpus))
-            .override_global("PTHREAD_CONFIG", &pthread_config(), true)
-            .map_max_entries("PTHREAD_SITES", pthread_sites_entries(cpus))
+            .override_global(
+                "PTHREAD_CONFIG",
+                &pthread_config(wants_futex(&opts.types)),
+                true,
+            )
             .override_global("RWSEM_CONFIG", &rwsem_config.unwrap_or_default(), true)
             .override_global("RT_CONFIG", &rt_config, true)
             .load(PROBES_OBJ)
@@ -209,8 +209,14 @@ impl Probes {
             probes.attach_tp_btf(prog, tp, &btf)?;
         }
         if wants_futex(&opts.types) {
+            // The unwinding thread first, with the targets' maps and the C library read,
+            // so the first waits do not pile up in the ring buffer behind that work.
+            let pids = match &opts.target {
+                Target::Pids(p) => p.clone(),
+                _ => Vec::new(),
+            };
+            probes.pthread = PthreadProbes::start(&mut probes.ebpf, &pids);
             probes.attach_futex()?;
-            probes.pthread = PthreadProbes::for_target(&mut probes.ebpf, &opts.target);
         }
         if config.filter_mode == FILTER_TGIDS {
             probes.attach_tp_btf("sched_process_fork", "sched_process_fork", &btf)?;
@@ -326,14 +332,6 @@ impl Probes {
         self.pthread.detach();
     }
 
-    /// Attribute pthread locks of process `pid` too: attach to the C libraries it maps
-    /// that are not probed yet (a launched command's own libc). No-op without futex probes.
-    pub fn attach_pthread_pid(&mut self, pid: u32) {
-        if self.futex {
-            self.pthread.attach_pid(&mut self.ebpf, pid, false);
-        }
-    }
-
     /// Set the starvation detector's thresholds (deep spinlock tier).
     pub fn set_spin_params(&mut self, p: lockscope_common::SpinParams) -> anyhow::Result<()> {
         if self.spin.active() {
@@ -367,20 +365,6 @@ pub fn probe_rwsem_hooks() -> anyhow::Result<DeepTier> {
     let mut tier = DeepTier::attach(&mut ebpf, &btf, rwsem_config.is_some());
     tier.detach(&mut ebpf);
     Ok(tier)
-}
-
-/// Try the pthread uprobes for real on the system's C library (attach, then detach), for
-/// `doctor`. Nothing is recorded.
-pub fn probe_pthread_uprobes() -> anyhow::Result<PthreadProbes> {
-    let btf = Btf::from_sys_fs().context("reading kernel BTF")?;
-    let mut ebpf = EbpfLoader::new()
-        .btf(Some(&btf))
-        .override_global("PTHREAD_CONFIG", &pthread_config(), true)
-        .load(PROBES_OBJ)
-        .context("loading the eBPF probes into the kernel")?;
-    let mut p = PthreadProbes::for_target(&mut ebpf, &Target::System);
-    p.detach();
-    Ok(p)
 }
 
 /// Try the deep spinlock hooks for real (load and attach each, then detach), for

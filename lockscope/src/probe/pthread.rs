@@ -1,95 +1,111 @@
-//! pthread lock attribution, the privileged edge: find the C library a target uses (from
-//! `/proc/PID/maps`), resolve its lock functions from the ELF dynamic symbols, and attach
-//! the uprobe (entry, attach cookie = `PTHREAD_FN_*`) and the uretprobe to each.
+//! pthread lock attribution, the privileged edge: switch it on in the futex probes and
+//! start the thread that unwinds their waits ([`crate::source::pthread`]). No uprobe: a
+//! lock call that does not block costs nothing, in the target or anywhere else.
 //!
-//! Whatever stands in the way (a static target, a libc without the symbols, uprobes
-//! refused) becomes a one-line note; futex words then keep their address names.
+//! Whatever stands in the way (a static target, no ring buffer) becomes a one-line note;
+//! futex words then keep their address names.
 
-use std::{
-    collections::HashSet,
-    num::NonZeroU32,
-    os::unix::fs::MetadataExt as _,
-    path::{Path, PathBuf},
-};
+use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
-use aya::{
-    Ebpf,
-    programs::{
-        Link as _, UProbe,
-        uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeLink, UProbeScope},
-    },
+use aya::Ebpf;
+use lockscope_common::PthreadConfig;
+use object::Object as _;
+
+use crate::{
+    aggregate::pthread::PthreadSnapshot,
+    decode::procmaps::{libc_paths, parse_maps},
+    source::pthread::PthreadReader,
 };
-use lockscope_common::{PTHREAD_FN_COUNT, PTHREAD_FN_NAMES, PthreadConfig};
-use object::{Object as _, ObjectSection as _, ObjectSymbol as _};
 
-use super::{loader::Target, loader::error_chain};
-use crate::decode::procmaps::{libc_paths, parse_maps};
-
-/// Lock object sizes of this machine's C library.
-pub fn pthread_config() -> PthreadConfig {
+/// The attribution switch the futex exit probe reads.
+pub fn pthread_config(enabled: bool) -> PthreadConfig {
     PthreadConfig {
-        mutex_size: std::mem::size_of::<libc::pthread_mutex_t>() as u32,
-        rwlock_size: std::mem::size_of::<libc::pthread_rwlock_t>() as u32,
+        enabled: enabled as u32,
+        _pad: 0,
     }
 }
 
-/// A C library with the uprobes attached.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AttachedLibc {
-    /// As the target's maps name it.
-    pub path: String,
-    /// The lock functions it exports and that are probed.
-    pub functions: Vec<&'static str>,
-}
-
-/// The pthread uprobes of a session.
+/// pthread attribution of a session.
 #[derive(Default)]
 pub struct PthreadProbes {
-    pub libraries: Vec<AttachedLibc>,
     /// Why some locks cannot be attributed (one line each).
     pub notes: Vec<String>,
-    links: Vec<UProbeLink>,
-    /// (device, inode, pid or 0 for all processes) of every library tried, to attach
-    /// each file once per scope.
-    tried: HashSet<(u64, u64, u32)>,
+    reader: Option<PthreadReader>,
 }
 
-/// The lock functions a file exports: (`PTHREAD_FN_*`, file offset). Dynamic symbols
-/// first (a shared libc), then the static symbol table. glibc exports several versions of
-/// some (`pthread_mutex_clocklock@GLIBC_2.30` and `@@GLIBC_2.34`): same address, one probe.
-pub fn lock_functions(path: &Path) -> anyhow::Result<Vec<(u32, u64)>> {
-    let data = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
-    let obj = object::File::parse(&*data).with_context(|| format!("parsing {}", path.display()))?;
-    let mut out: Vec<(u32, u64)> = Vec::new();
-    for sym in obj.dynamic_symbols().chain(obj.symbols()) {
-        let Ok(name) = sym.name() else { continue };
-        let Some(func) = PTHREAD_FN_NAMES.iter().position(|n| *n == name) else {
-            continue;
-        };
-        if sym.is_undefined() || out.iter().any(|(f, _)| *f == func as u32) {
-            continue;
+impl PthreadProbes {
+    /// Start unwinding the waits the futex probes send (they were loaded with
+    /// [`pthread_config`]`(true)`), with the maps of `pids` and the system's C library
+    /// read first.
+    pub fn start(ebpf: &mut Ebpf, pids: &[u32]) -> Self {
+        let mut me = Self::default();
+        let events = ebpf.take_map("PTHREAD_EVENTS");
+        let skip = ebpf.take_map("PTHREAD_SKIP");
+        let started = events
+            .zip(skip)
+            .context("PTHREAD_EVENTS or PTHREAD_SKIP missing from the eBPF object")
+            .and_then(|(events, skip)| {
+                PthreadReader::start(events, skip, system_libc().map(|(p, _)| p), pids)
+            });
+        match started {
+            Ok(r) => me.reader = Some(r),
+            Err(e) => me
+                .notes
+                .push(format!("{e:#}: pthread locks show as futex words")),
         }
-        let Some(index) = sym.section_index() else {
-            continue;
-        };
-        let Ok(section) = obj.section_by_index(index) else {
-            continue;
-        };
-        let Some((sec_off, _)) = section.file_range() else {
-            continue;
-        };
-        let Some(off) = sym
-            .address()
-            .checked_sub(section.address())
-            .and_then(|d| d.checked_add(sec_off))
-        else {
-            continue;
-        };
-        out.push((func as u32, off));
+        me
     }
-    out.sort_unstable();
-    Ok(out)
+
+    /// Is attribution running?
+    pub fn active(&self) -> bool {
+        self.reader.is_some()
+    }
+
+    /// Read process `pid`'s maps now, so its waits are attributed even if it exits
+    /// before they are read.
+    pub fn remember(&self, pid: u32) {
+        if let Some(r) = &self.reader {
+            r.remember(pid);
+        }
+    }
+
+    /// Forget exited processes' call sites.
+    pub fn forget(&self, pids: &[u32]) {
+        if let Some(r) = &self.reader {
+            r.forget(pids);
+        }
+    }
+
+    /// (tgid, call site) of every site so far.
+    pub fn site_keys(&self) -> Vec<(u32, u64)> {
+        let Some(r) = &self.reader else {
+            return Vec::new();
+        };
+        let mut keys = r.site_keys();
+        keys.sort_unstable();
+        keys.dedup();
+        keys
+    }
+
+    /// Fill the sites, counters' userspace part and libraries of a snapshot.
+    pub fn fill(&self, p: &mut PthreadSnapshot) {
+        p.active = self.active();
+        p.notes = self.notes.clone();
+        if let Some(r) = &self.reader {
+            let (tally, libraries) = r.snapshot();
+            p.sites = tally.sites();
+            p.tally = tally.counters;
+            p.libraries = libraries;
+        }
+    }
+
+    /// Stop after draining every wait sent so far (call once the probes are detached).
+    pub fn detach(&mut self) {
+        if let Some(r) = &mut self.reader {
+            r.stop();
+        }
+    }
 }
 
 /// Is this ELF file statically linked (no program interpreter, no dynamic section)?
@@ -124,169 +140,18 @@ pub fn system_libc() -> Option<(PathBuf, String)> {
     })
 }
 
-impl PthreadProbes {
-    /// Attach to the C libraries of a target: the given processes' own (probes that fire
-    /// in those processes only, so the rest of the system pays nothing), or the system's
-    /// (every process; the probes filter by target in the kernel).
-    pub fn for_target(ebpf: &mut Ebpf, target: &Target) -> Self {
-        let mut me = Self::default();
-        match target {
-            Target::Pids(pids) => {
-                for &pid in pids {
-                    me.attach_pid(ebpf, pid, true);
-                }
-            }
-            Target::System | Target::Command | Target::Cgroup(_) => match system_libc() {
-                Some((path, shown)) => me.attach_libc(ebpf, &path, &shown, None),
-                None => me.notes.push(
-                    "no shared C library found (lockscope and init map none): pthread locks \
-                     show as futex words"
-                        .to_owned(),
-                ),
-            },
-        }
-        me
-    }
-
-    /// Attach to the C libraries process `pid` maps (already attached ones are skipped),
-    /// for that process only or for every process (a launched command's tree).
-    pub fn attach_pid(&mut self, ebpf: &mut Ebpf, pid: u32, only_this_process: bool) {
-        let scope = if only_this_process {
-            NonZeroU32::new(pid)
-        } else {
-            None
-        };
-        match libcs_of_pid(pid) {
-            Ok(libs) if libs.is_empty() => self.notes.push(format!(
-                "pid {pid} maps no shared C library (statically linked?): its pthread locks \
-                 show as futex words"
-            )),
-            Ok(libs) => {
-                for (path, shown) in libs {
-                    self.attach_libc(ebpf, &path, &shown, scope);
-                }
-            }
-            Err(e) => self.notes.push(format!("pid {pid}: {e:#}")),
-        }
-    }
-
-    /// Attach the entry and return probes to every lock function `path` exports, in
-    /// process `pid` only or (`None`) in every process.
-    pub fn attach_libc(
-        &mut self,
-        ebpf: &mut Ebpf,
-        path: &Path,
-        shown: &str,
-        pid: Option<NonZeroU32>,
-    ) {
-        if let Ok(meta) = std::fs::metadata(path)
-            && !self
-                .tried
-                .insert((meta.dev(), meta.ino(), pid.map_or(0, NonZeroU32::get)))
-        {
-            return;
-        }
-        if let Err(e) = self.try_attach(ebpf, path, shown, pid) {
-            self.notes
-                .push(format!("{e}: pthread locks show as futex words"));
-        }
-    }
-
-    fn try_attach(
-        &mut self,
-        ebpf: &mut Ebpf,
-        path: &Path,
-        shown: &str,
-        pid: Option<NonZeroU32>,
-    ) -> Result<(), String> {
-        let scope = match pid {
-            Some(p) => UProbeScope::OneProcess(p),
-            None => UProbeScope::AllProcesses,
-        };
-        let funcs = lock_functions(path).map_err(|e| format!("{e:#}"))?;
-        if funcs.is_empty() {
-            return Err(format!(
-                "{shown} exports none of {}",
-                PTHREAD_FN_NAMES[..PTHREAD_FN_COUNT as usize].join(", ")
-            ));
-        }
-        let mut links = Vec::new();
-        for (prog, ret) in [("pthread_lock_enter", false), ("pthread_lock_return", true)] {
-            let p: &mut UProbe = ebpf
-                .program_mut(prog)
-                .ok_or_else(|| format!("program {prog} missing from the eBPF object"))?
-                .try_into()
-                .map_err(|e| error_chain(&e))?;
-            if p.fd().is_err() {
-                p.load()
-                    .map_err(|e| format!("uprobes refused by the kernel ({})", error_chain(&e)))?;
-            }
-            for &(func, off) in &funcs {
-                let point = UProbeAttachPoint {
-                    location: UProbeAttachLocation::AbsoluteOffset(off),
-                    cookie: (!ret).then_some(func as u64),
-                };
-                let id = p.attach(point, path, scope).map_err(|e| {
-                    format!(
-                        "uprobe on {shown}:{} refused ({})",
-                        PTHREAD_FN_NAMES[func as usize],
-                        error_chain(&e)
-                    )
-                })?;
-                links.push(p.take_link(id).map_err(|e| error_chain(&e))?);
-            }
-        }
-        self.links.extend(links);
-        self.libraries.push(AttachedLibc {
-            path: match pid {
-                Some(p) => format!("{shown} (pid {p})"),
-                None => shown.to_owned(),
-            },
-            functions: funcs
-                .iter()
-                .map(|&(f, _)| PTHREAD_FN_NAMES[f as usize])
-                .collect(),
-        });
-        Ok(())
-    }
-
-    /// Are any lock functions probed?
-    pub fn active(&self) -> bool {
-        !self.libraries.is_empty()
-    }
-
-    pub fn detach(&mut self) {
-        for link in self.links.drain(..) {
-            let _ = link.detach();
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn object_sizes_are_the_c_librarys() {
-        let c = pthread_config();
-        assert!(c.mutex_size >= 24, "{c:?}");
-        assert!(c.rwlock_size >= 32, "{c:?}");
-    }
-
-    #[test]
-    fn this_machines_libc_exports_the_lock_functions() {
+    fn this_machines_libc_is_found_and_dynamic() {
         // Runs against the C library this test binary itself uses.
         let Some((path, _)) = system_libc() else {
             panic!("no libc in /proc/self/maps");
         };
-        let funcs = lock_functions(&path).unwrap();
-        let names: Vec<_> = funcs
-            .iter()
-            .map(|&(f, _)| PTHREAD_FN_NAMES[f as usize])
-            .collect();
-        assert!(names.contains(&"pthread_mutex_lock"), "{names:?}");
-        assert!(names.contains(&"pthread_rwlock_wrlock"), "{names:?}");
-        assert!(funcs.iter().all(|&(_, off)| off > 0));
         assert!(!is_static_elf(&path).unwrap());
+        assert_eq!(pthread_config(true).enabled, 1);
+        assert_eq!(pthread_config(false).enabled, 0);
     }
 }

@@ -5,33 +5,18 @@ use std::collections::HashMap;
 use anyhow::Context as _;
 use aya::{
     Ebpf,
-    maps::{MapData, PerCpuArray, PerCpuHashMap},
+    maps::{MapData, PerCpuArray},
 };
-use lockscope_common::{
-    FUTEX_COUNTERS_LEN, FutexCall, FutexKey, FutexStats, PTHREAD_COUNTERS_LEN, PthreadSiteKey,
-    PthreadSiteStats,
-};
+use lockscope_common::{FUTEX_COUNTERS_LEN, FutexCall, FutexKey, FutexStats, PTHREAD_COUNTERS_LEN};
 
 use super::batch;
 use crate::{
-    aggregate::{
-        futex::{FutexSnapshot, FutexTotals},
-        pthread::PthreadSite,
-    },
+    aggregate::futex::{FutexSnapshot, FutexTotals},
     decode::comm_to_string,
 };
 
-/// The pthread probes' per-site aggregates and counters (empty maps when no libc is probed).
-pub fn read_pthread(
-    ebpf: &Ebpf,
-) -> anyhow::Result<(Vec<PthreadSite>, [u64; PTHREAD_COUNTERS_LEN as usize])> {
-    let sites: PerCpuHashMap<&MapData, PthreadSiteKey, PthreadSiteStats> =
-        PerCpuHashMap::try_from(ebpf.map("PTHREAD_SITES").context("PTHREAD_SITES map")?)?;
-    let mut out = Vec::new();
-    for entry in sites.iter() {
-        let (key, values) = entry.context("reading PTHREAD_SITES")?;
-        out.push(PthreadSite::merge_cpus(key, values.iter()));
-    }
+/// The pthread attribution's kernel counters (sites are counted in userspace).
+pub fn read_pthread_counters(ebpf: &Ebpf) -> anyhow::Result<[u64; PTHREAD_COUNTERS_LEN as usize]> {
     let counters: PerCpuArray<&MapData, u64> = PerCpuArray::try_from(
         ebpf.map("PTHREAD_COUNTERS")
             .context("PTHREAD_COUNTERS map")?,
@@ -40,21 +25,7 @@ pub fn read_pthread(
     for (i, slot) in c.iter_mut().enumerate() {
         *slot = counters.get(&(i as u32), 0)?.iter().sum();
     }
-    Ok((out, c))
-}
-
-/// (tgid, call site) of every pthread site recorded so far: cheap (keys only).
-pub fn read_pthread_site_keys(ebpf: &Ebpf) -> anyhow::Result<Vec<(u32, u64)>> {
-    let sites: PerCpuHashMap<&MapData, PthreadSiteKey, PthreadSiteStats> =
-        PerCpuHashMap::try_from(ebpf.map("PTHREAD_SITES").context("PTHREAD_SITES map")?)?;
-    let mut keys: Vec<(u32, u64)> = sites
-        .keys()
-        .filter_map(Result::ok)
-        .map(|k| (k.tgid, k.site))
-        .collect();
-    keys.sort_unstable();
-    keys.dedup();
-    Ok(keys)
+    Ok(c)
 }
 
 /// Per-CPU futex counters summed over CPUs.
@@ -76,7 +47,7 @@ pub fn read_futex(ebpf: &Ebpf, comms: &mut HashMap<u32, String>) -> anyhow::Resu
         counters: read_futex_counters(ebpf)?,
         ..Default::default()
     };
-    (snap.pthread.sites, snap.pthread.counters) = read_pthread(ebpf)?;
+    snap.pthread.counters = read_pthread_counters(ebpf)?;
     snap.stats = batch::percpu_entries::<FutexKey, FutexStats, _>(ebpf, "FUTEX_STATS", |cpus| {
         FutexTotals::merge_cpus(cpus.collect::<Vec<_>>().iter())
     })?;

@@ -118,8 +118,8 @@ pub enum Workload {
     /// glibc waits on the futex word at the start of the mutex (inside the
     /// rwlock), so a recording shows the lock at the printed address, named
     /// `pthread-mutex` (`pthread-rwlock`) with the call sites
-    /// `pthread_mutex_worker` (`pthread_rwlock_reader`/`_writer`) when the libc
-    /// uprobes are attached. glibc does not expose its own futex call counts,
+    /// `pthread_mutex_worker` (`pthread_rwlock_reader`/`_writer`), unwound from
+    /// each wait's user stack. glibc does not expose its own futex call counts,
     /// so only ops and rates are printed.
     #[command(verbatim_doc_comment)]
     PthreadMutex(PthreadMutexArgs),

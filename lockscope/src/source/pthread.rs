@@ -1,0 +1,211 @@
+//! pthread attribution, the reading side: a thread drains `PTHREAD_EVENTS` as waits
+//! arrive (poll on the ring buffer, so a burst never waits for the next snapshot), unwinds
+//! each wait's user stack and counts it in the shared [`PthreadTally`].
+//!
+//! Unwinding happens here, in userspace, so the kernel side stays one copy per blocking
+//! futex call. A process's maps are read when its first wait arrives (or earlier, through
+//! [`PthreadReader::remember`]), so its waits are attributed even after it exits.
+
+use std::{
+    os::fd::AsRawFd as _,
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicBool, Ordering},
+        mpsc,
+    },
+    thread::JoinHandle,
+};
+
+use anyhow::Context as _;
+use aya::maps::{HashMap as BpfHashMap, Map, MapData, RingBuf};
+use lockscope_common::{PthreadSkipKey, PthreadWaitEvent};
+
+use crate::{
+    aggregate::pthread::{PthreadTally, WaitAttribution},
+    symbolize::unwind::{StackUnwinder, Unwound},
+};
+
+/// What the reader thread shares with the session.
+#[derive(Default)]
+struct Shared {
+    tally: PthreadTally,
+    libraries: Vec<String>,
+}
+
+enum Request {
+    /// Read a process's maps now (a launched or named target).
+    Remember(u32),
+    /// Forget a process (it exited and was forgotten by the session).
+    Forget(u32),
+}
+
+/// The running reader; stopped (after a last drain) by [`PthreadReader::stop`] or drop.
+pub struct PthreadReader {
+    shared: Arc<Mutex<Shared>>,
+    stop: Arc<AtomicBool>,
+    requests: mpsc::Sender<Request>,
+    thread: Option<JoinHandle<()>>,
+}
+
+/// How long the reader sleeps in poll when nothing arrives (it also wakes on data).
+const POLL_MS: i32 = 50;
+
+impl PthreadReader {
+    /// Start on the `PTHREAD_EVENTS` ring buffer and the `PTHREAD_SKIP` map; `libc` (the
+    /// system's C library) and the maps of `pids` are read before the first wait.
+    pub fn start(
+        events: Map,
+        skip: Map,
+        libc: Option<std::path::PathBuf>,
+        pids: &[u32],
+    ) -> anyhow::Result<Self> {
+        let mut ring = RingBuf::try_from(events).context("PTHREAD_EVENTS ring buffer")?;
+        let mut skip: BpfHashMap<MapData, PthreadSkipKey, u8> =
+            BpfHashMap::try_from(skip).context("PTHREAD_SKIP map")?;
+        let shared = Arc::new(Mutex::new(Shared::default()));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (tx, rx) = mpsc::channel();
+        for &pid in pids {
+            let _ = tx.send(Request::Remember(pid));
+        }
+        let thread = {
+            let shared = shared.clone();
+            let stop = stop.clone();
+            std::thread::Builder::new()
+                .name("pthread-unwind".into())
+                .spawn(move || {
+                    let mut unwinder = StackUnwinder::new();
+                    if let Some(path) = libc {
+                        unwinder.preload_libc(&path);
+                    }
+                    run(&mut unwinder, &mut ring, &mut skip, &shared, &stop, &rx)
+                })
+                .context("starting the pthread unwinding thread")?
+        };
+        Ok(Self {
+            shared,
+            stop,
+            requests: tx,
+            thread: Some(thread),
+        })
+    }
+
+    /// Read process `pid`'s maps now, so its waits unwind even if it exits early.
+    pub fn remember(&self, pid: u32) {
+        let _ = self.requests.send(Request::Remember(pid));
+    }
+
+    /// Forget the waits and maps of these processes.
+    pub fn forget(&self, pids: &[u32]) {
+        let mut s = self.shared.lock().unwrap_or_else(|e| e.into_inner());
+        s.tally.forget(|tgid| pids.contains(&tgid));
+        drop(s);
+        for &pid in pids {
+            let _ = self.requests.send(Request::Forget(pid));
+        }
+    }
+
+    /// (tgid, call site) of every site so far.
+    pub fn site_keys(&self) -> Vec<(u32, u64)> {
+        let s = self.shared.lock().unwrap_or_else(|e| e.into_inner());
+        s.tally.sites.keys().map(|k| (k.tgid, k.site)).collect()
+    }
+
+    /// The tally so far and the C libraries unwound through.
+    pub fn snapshot(&self) -> (PthreadTally, Vec<String>) {
+        let s = self.shared.lock().unwrap_or_else(|e| e.into_inner());
+        (s.tally.clone(), s.libraries.clone())
+    }
+
+    /// Drain what is left and stop the thread (the probes are detached first).
+    pub fn stop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for PthreadReader {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn run(
+    unwinder: &mut StackUnwinder,
+    ring: &mut RingBuf<MapData>,
+    skip: &mut BpfHashMap<MapData, PthreadSkipKey, u8>,
+    shared: &Mutex<Shared>,
+    stop: &AtomicBool,
+    requests: &mpsc::Receiver<Request>,
+) {
+    let mut batch: Vec<(PthreadWaitEvent, WaitAttribution)> = Vec::new();
+    let mut malformed = 0u64;
+    loop {
+        let stopping = stop.load(Ordering::Acquire);
+        while let Ok(r) = requests.try_recv() {
+            match r {
+                Request::Remember(pid) => unwinder.remember(pid),
+                Request::Forget(pid) => unwinder.forget(pid),
+            }
+        }
+        while let Some(item) = ring.next() {
+            if item.len() < size_of::<PthreadWaitEvent>() {
+                malformed += 1;
+                continue;
+            }
+            // SAFETY: PthreadWaitEvent is repr(C) plain integers; the record is its size.
+            let ev = unsafe { std::ptr::read_unaligned(item.as_ptr().cast::<PthreadWaitEvent>()) };
+            drop(item);
+            let a = match unwinder.unwind(&ev) {
+                Unwound::Lock { func, site } => WaitAttribution::Lock { func, site },
+                Unwound::NotALock { site_never_a_lock } => {
+                    if site_never_a_lock {
+                        // Later waits made there are counted by the kernel, not sent.
+                        let key = PthreadSkipKey {
+                            ip: ev.ip,
+                            tgid: ev.tgid,
+                            _pad: 0,
+                        };
+                        let _ = skip.insert(key, 1, 0);
+                    }
+                    WaitAttribution::NotALock
+                }
+                Unwound::NoMaps => WaitAttribution::NoMaps,
+            };
+            batch.push((ev, a));
+            if batch.len() >= 1024 {
+                flush(shared, &mut batch, &mut malformed, unwinder);
+            }
+        }
+        flush(shared, &mut batch, &mut malformed, unwinder);
+        if stopping {
+            return;
+        }
+        let mut pfd = libc::pollfd {
+            fd: ring.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd.
+        unsafe { libc::poll(&mut pfd, 1, POLL_MS) };
+    }
+}
+
+fn flush(
+    shared: &Mutex<Shared>,
+    batch: &mut Vec<(PthreadWaitEvent, WaitAttribution)>,
+    malformed: &mut u64,
+    unwinder: &StackUnwinder,
+) {
+    if batch.is_empty() && *malformed == 0 {
+        return;
+    }
+    let mut s = shared.lock().unwrap_or_else(|e| e.into_inner());
+    for (ev, a) in batch.drain(..) {
+        s.tally.add(ev.tgid, ev.uaddr, ev.wait_ns, ev.waited, a);
+    }
+    s.tally.counters.malformed += std::mem::take(malformed);
+    s.libraries = unwinder.libraries();
+}
