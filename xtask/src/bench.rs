@@ -236,6 +236,20 @@ fn workloads(quick: bool) -> Vec<WorkloadSpec> {
             "futex-mutex --pi",
             &["futex-mutex", "--pi", "--seconds", secs],
         ),
+        // A bystander: one thread's uncontended pthread mutex loop, which no probe may
+        // touch (no lock call of it blocks), beside each system-wide tracer.
+        spec(
+            "pthread bystander",
+            &[
+                "pthread-mutex",
+                "--threads",
+                "1",
+                "--load",
+                "0",
+                "--seconds",
+                secs,
+            ],
+        ),
     ]
 }
 

@@ -123,19 +123,28 @@ pub fn run(args: RecordArgs) -> anyhow::Result<ExitCode> {
 }
 
 /// Check the request before touching the kernel: every bad input is a clear error.
+/// The longest `-d`: a year (longer is a typo, and would overflow the clock).
+const MAX_DURATION_S: f64 = 365.0 * 86400.0;
+
+/// A number of seconds within `[min, max]`, or a clear error.
+fn check_seconds(what: &str, v: f64, min: f64, max: f64) -> anyhow::Result<()> {
+    if !v.is_finite() || v < min || v > max {
+        let min_text = if min <= f64::MIN_POSITIVE {
+            "more than 0".to_owned()
+        } else {
+            format!("at least {min}")
+        };
+        bail!("{what} must be {min_text} and at most {max} seconds, got {v}");
+    }
+    Ok(())
+}
+
 fn validate(args: &RecordArgs) -> anyhow::Result<Target> {
     features::require_privileges()?;
-    if let Some(d) = args.duration
-        && !(d > 0.0 && d.is_finite())
-    {
-        bail!("duration must be a positive number of seconds, got {d}");
+    if let Some(d) = args.duration {
+        check_seconds("duration", d, f64::MIN_POSITIVE, MAX_DURATION_S)?;
     }
-    if !(args.interval >= 0.01 && args.interval.is_finite()) {
-        bail!(
-            "interval must be at least 0.01 seconds, got {}",
-            args.interval
-        );
-    }
+    check_seconds("interval", args.interval, 0.01, 3600.0)?;
     for &pid in &args.pids {
         if pid == 0 || !Path::new(&format!("/proc/{pid}")).exists() {
             bail!("no process with pid {pid}");
@@ -416,4 +425,34 @@ fn exit_code_of(status: std::process::ExitStatus) -> i32 {
     status
         .code()
         .unwrap_or_else(|| 128 + status.signal().unwrap_or(0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn seconds_out_of_range_are_refused_not_panicked_on() {
+        assert!(check_seconds("duration", 5.0, f64::MIN_POSITIVE, MAX_DURATION_S).is_ok());
+        for bad in [
+            0.0,
+            -1.0,
+            1e300,
+            f64::INFINITY,
+            f64::NAN,
+            MAX_DURATION_S * 2.0,
+        ] {
+            let e = check_seconds("duration", bad, f64::MIN_POSITIVE, MAX_DURATION_S)
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.starts_with("duration must be more than 0 and at most"),
+                "{e}"
+            );
+        }
+        let e = check_seconds("interval", 0.001, 0.01, 3600.0)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("at least 0.01"), "{e}");
+    }
 }

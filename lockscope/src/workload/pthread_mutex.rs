@@ -7,7 +7,7 @@
 use std::cell::UnsafeCell;
 use std::sync::Arc;
 
-use super::futex_sys::{FutexCounts, print_summary, run_threads, spin_work};
+use super::futex_sys::{FutexCounts, print_summary, print_summary_json, run_threads, spin_work};
 
 /// Options for `lockscope workload pthread-mutex`.
 #[derive(Debug, Clone, clap::Args)]
@@ -31,6 +31,11 @@ pub struct PthreadMutexArgs {
     /// With --rwlock: percentage of read locks (the rest are write locks).
     #[arg(long, value_name = "PCT", default_value_t = 50, value_parser = clap::value_parser!(u32).range(0..=100))]
     pub read_pct: u32,
+
+    /// Print the summary as one JSON object (for benchmarks) instead of
+    /// `key: value` lines.
+    #[arg(long)]
+    pub json: bool,
 }
 
 pub struct Mutex(UnsafeCell<libc::pthread_mutex_t>);
@@ -114,12 +119,21 @@ pub fn run(args: &PthreadMutexArgs) -> anyhow::Result<()> {
         )?;
         (addr, r)
     };
+    let kind = if args.rwlock { "rwlock" } else { "mutex" };
+    if args.json {
+        let head = serde_json::json!({
+            "workload": "pthread-mutex",
+            "threads": args.threads,
+            "kind": kind,
+            "load": load,
+        });
+        print_summary_json(head, addr, &counts, real);
+        return Ok(());
+    }
     println!(
         "pthread-mutex: threads={} seconds={} kind={} (glibc counts its own futex calls: \
          none shown)",
-        args.threads,
-        args.seconds,
-        if args.rwlock { "rwlock" } else { "mutex" }
+        args.threads, args.seconds, kind
     );
     print_summary(addr, &counts, real);
     Ok(())

@@ -230,6 +230,9 @@ pub const NOISY_SPREAD_PCT: f64 = 10.0;
 /// Fewer runs than this (e.g. `--quick`) cannot show a spread: also inconclusive.
 pub const MIN_RUNS: usize = 3;
 
+/// The bench workload of an untraced uncontended pthread loop.
+pub const BYSTANDER: &str = "pthread bystander";
+
 fn row<'a>(r: &'a BenchResults, workload: &str, tool: &str) -> Option<&'a OverheadRow> {
     r.overhead
         .iter()
@@ -297,6 +300,15 @@ pub fn judge_targets(r: &BenchResults) -> Vec<TargetCheck> {
             c.status = "inconclusive".into();
         }
         out.push(c);
+    }
+    // An uncontended pthread loop in a process no tracer targets: nothing may touch it.
+    for tool in ["record", "serve"] {
+        let slow = row(r, BYSTANDER, tool).and_then(OverheadRow::slowdown_pct);
+        out.push(check(
+            &format!("`{tool}` beside an uncontended pthread loop: at least 98% of its bare speed"),
+            slow.map_or("n/a".into(), |s| format!("{:.1}% of bare", 100.0 - s)),
+            slow.map(|s| s <= 2.0),
+        ));
     }
     let cost = r.cost.as_ref();
     let ratio = cost.and_then(|c| c.ratio_to_floor);
