@@ -246,3 +246,56 @@ fn a_full_futex_map_evicts_and_counts_what_it_evicted() {
     let ev = &rec["futex_events"];
     assert_eq!(ev["enter"], ev["exit"], "{ev}");
 }
+
+#[test]
+fn a_process_named_with_an_escape_sequence_is_shown_escaped() {
+    let _serial = serial();
+    let dir = scratch("futex-escape-name");
+    // The process name (comm) is the executable's file name: ESC [ 2 J clears a screen.
+    let exe = dir.join("\u{1b}[2Jevil");
+    std::fs::copy(bin(), &exe).unwrap();
+    let file = dir.join("f.json");
+    let out = run_ok(
+        lockscope()
+            .args(["record", "-n", "0", "-o"])
+            .arg(&file)
+            .arg("--")
+            .arg(&exe)
+            .args([
+                "workload",
+                "futex-mutex",
+                "--threads",
+                "2",
+                "--seconds",
+                "1",
+            ]),
+    );
+    let _ = std::fs::remove_file(&exe);
+    // The recording keeps the name as the kernel gave it; the text report and the CSV
+    // show it escaped.
+    let rec = read_json(&file);
+    assert!(
+        rec["locks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|l| l["comm"].as_str() == Some("\u{1b}[2Jevil")),
+        "no entry of the process"
+    );
+    let csv = run_ok(
+        lockscope()
+            .args(["report", "--format", "csv", "-n", "0"])
+            .arg(&file),
+    );
+    for (what, text) in [("report", out.stdout), ("csv", csv.stdout)] {
+        let text = String::from_utf8_lossy(&text);
+        assert!(
+            !text.contains('\u{1b}'),
+            "raw escape in the {what}:\n{text}"
+        );
+        assert!(
+            text.contains("\\x1b[2Jevil["),
+            "the name is not shown escaped in the {what}:\n{text}"
+        );
+    }
+}

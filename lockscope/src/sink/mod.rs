@@ -3,6 +3,7 @@
 
 pub mod html;
 
+pub mod escape;
 pub mod events;
 pub mod prometheus;
 pub mod report;

@@ -57,12 +57,13 @@ pub fn render(rec: &Recording, opts: &ReportOptions) -> anyhow::Result<String> {
     };
     Ok(match opts.format {
         Format::Csv => csv(rec, &r[..shown], opts.by),
-        _ => {
-            table(rec, &r, shown, opts.by)
+        // Names come from the kernel, traced programs or a file: never raw to a terminal.
+        _ => super::escape::terminal_safe(
+            &(table(rec, &r, shown, opts.by)
                 + &super::events::events_table(rec, opts.limit)
                 + &super::rt::rt_sections(rec, opts.limit)
-                + &super::spin::spin_table(rec, opts.limit)
-        }
+                + &super::spin::spin_table(rec, opts.limit)),
+        ),
     })
 }
 
@@ -193,11 +194,7 @@ fn table(rec: &Recording, rows: &[Row], shown: usize, by: GroupBy) -> String {
 }
 
 fn csv_field(s: &str) -> String {
-    if s.contains([',', '"', '\n']) {
-        format!("\"{}\"", s.replace('"', "\"\""))
-    } else {
-        s.to_owned()
-    }
+    super::escape::csv_cell(s)
 }
 
 /// By lock, the rwsem lock events follow as one column each (empty: n/a).

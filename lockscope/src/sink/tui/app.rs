@@ -324,7 +324,9 @@ impl App {
     }
 
     /// A new recording arrived: derive the interval's rates against the previous one.
-    pub fn update(&mut self, rec: Recording) {
+    pub fn update(&mut self, mut rec: Recording) {
+        // A process may name itself with an escape sequence: shown, never obeyed.
+        crate::sink::escape::escape_recording(&mut rec);
         let r = rates(self.current.as_ref(), &rec);
         for l in &r.locks {
             let h = self.history.entry(l.key.clone()).or_default();
