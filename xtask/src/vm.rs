@@ -1247,12 +1247,19 @@ fn check_ptrace_rt(g: &GuestLog, lines: &mut Vec<String>, check: &mut impl FnMut
             own.len()
         ),
     );
+    // lockscope times every wakeup of the real-time threads; whether any is over the
+    // threshold is the guest's business (with the libc uprobes of earlier versions, ~50
+    // were; without them, none in some runs), but cyclictest's own maxima always are
+    // under TCG, so the recording must hold spikes from one source or the other.
     check(
-        !own.is_empty(),
+        rt["wakeups_timed"].as_u64().unwrap_or(0) > 0 && !(own.is_empty() && theirs.is_empty()),
         format!(
-            "{step}: lockscope timed spikes over {} us under the storm ({} wakeups timed)",
+            "{step}: {} wakeups timed; spikes over {} us recorded ({} timed by lockscope, {} \
+             from cyclictest)",
+            rt["wakeups_timed"],
             threshold / 1000,
-            rt["wakeups_timed"]
+            own.len(),
+            theirs.len()
         ),
     );
     check(
