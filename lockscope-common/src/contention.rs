@@ -118,7 +118,8 @@ pub fn stack_hash(frames: &StackFrames) -> u64 {
         h = h.wrapping_mul(0x0000_0100_0000_01b3);
         i += 1;
     }
-    if h == 0 { 1 } else { h }
+    // 0 is "no stack" and u64::MAX is STACK_NOT_SAMPLED.
+    if h == 0 || h == u64::MAX { 1 } else { h }
 }
 
 /// How many spinning waits may nest on one CPU (an interrupt contending a spinlock while
@@ -157,8 +158,49 @@ pub struct ProbeConfig {
     /// In `FILTER_TGIDS` mode, children forked by this process (lockscope itself, starting
     /// the traced command) become targets too; 0 for none.
     pub launcher_tgid: u32,
+    /// Stack walks are budgeted per CPU: each costs this many ns of credit, which
+    /// accrues with time up to `stack_burst_ns` (0: walk the stack of every wait). A wait
+    /// that finds too little credit is timed and counted exactly, without a stack
+    /// (`STACK_NOT_SAMPLED`).
+    pub stack_cost_ns: u64,
+    pub stack_burst_ns: u64,
 }
-assert_size!(ProbeConfig, 64);
+assert_size!(ProbeConfig, 80);
+
+/// The stack id of a wait whose stack was not walked (the per-CPU budget was spent):
+/// its figures count for its lock, task and type, not for any caller.
+pub const STACK_NOT_SAMPLED: u64 = u64::MAX;
+
+/// Stack walks per CPU per second the default budget allows, and its burst.
+pub const STACK_WALKS_PER_CPU_S: u64 = 2000;
+pub const STACK_WALK_BURST: u64 = 200;
+
+/// Per-CPU state of the stack budget.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StackBudget {
+    pub credit_ns: u64,
+    pub last_ns: u64,
+}
+assert_size!(StackBudget, 16);
+
+/// Spend one stack walk of credit if there is enough (pure: shared with the tests).
+#[inline(always)]
+pub const fn stack_budget_take(b: &mut StackBudget, now: u64, cost: u64, burst: u64) -> bool {
+    if cost == 0 {
+        return true;
+    }
+    let credit = b.credit_ns.saturating_add(now.saturating_sub(b.last_ns));
+    let credit = if credit > burst { burst } else { credit };
+    b.last_ns = now;
+    if credit >= cost {
+        b.credit_ns = credit - cost;
+        true
+    } else {
+        b.credit_ns = credit;
+        false
+    }
+}
 
 /// Slots of the per-CPU `COUNTERS` array: events seen, and everything that could not be
 /// stored. Nothing is dropped without being counted here.
@@ -190,7 +232,9 @@ pub const CNT_LOST_END_MISSED: u32 = 11;
 /// it evicted) and stacks stored in `STACKS` (also LRU).
 pub const CNT_STATS_CREATED: u32 = 12;
 pub const CNT_STACKS_CREATED: u32 = 13;
-pub const COUNTERS_LEN: u32 = 14;
+/// Waits timed and counted without a stack walk (the stack budget was spent).
+pub const CNT_STACK_NOT_SAMPLED: u32 = 14;
+pub const COUNTERS_LEN: u32 = 15;
 
 /// Names of the `COUNTERS` slots, as shown in reports and metrics.
 pub const COUNTER_NAMES: [&str; COUNTERS_LEN as usize] = [
@@ -208,6 +252,7 @@ pub const COUNTER_NAMES: [&str; COUNTERS_LEN as usize] = [
     "end_missed",
     "stats_created",
     "stacks_created",
+    "stack_not_sampled",
 ];
 
 /// Map sizes (entries). Userspace may override them at load.
@@ -226,4 +271,36 @@ mod pod {
     unsafe impl aya::Pod for LockInfo {}
     unsafe impl aya::Pod for ProbeConfig {}
     unsafe impl aya::Pod for WaitStart {}
+    unsafe impl aya::Pod for StackBudget {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_stack_budget_refills_with_time_up_to_its_burst() {
+        let (cost, burst) = (500_000, 2_000_000); // 2000/s, burst of 4
+        let mut b = StackBudget::default();
+        // A long idle start fills the burst: 4 walks, then none.
+        let t = 10_000_000_000;
+        let mut takes = [false; 6];
+        for t_ in takes.iter_mut() {
+            *t_ = stack_budget_take(&mut b, t, cost, burst);
+        }
+        assert_eq!(takes, [true, true, true, true, false, false]);
+        // Half a millisecond later: one more.
+        assert!(stack_budget_take(&mut b, t + 500_000, cost, burst));
+        assert!(!stack_budget_take(&mut b, t + 500_000, cost, burst));
+        // A clock that goes backwards (another CPU's stamp) adds nothing.
+        assert!(!stack_budget_take(&mut b, t, cost, burst));
+        // No budget: every wait.
+        assert!(stack_budget_take(&mut b, t, 0, 0));
+    }
+
+    #[test]
+    fn no_stack_hashes_to_the_reserved_ids() {
+        assert_ne!(stack_hash(&[0; STACK_DEPTH]), 0);
+        assert_ne!(stack_hash(&[7; STACK_DEPTH]), STACK_NOT_SAMPLED);
+    }
 }

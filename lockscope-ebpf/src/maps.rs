@@ -30,6 +30,8 @@ pub static CONFIG: Global<ProbeConfig> = Global::new(ProbeConfig {
     off_task_comm: 0,
     off_rwsem_wait_lock: 0,
     launcher_tgid: 0,
+    stack_cost_ns: 0,
+    stack_burst_ns: 0,
 });
 
 /// Events seen and everything that could not be stored (`CNT_*` slots).

@@ -103,6 +103,12 @@ pub struct RecordArgs {
     /// Write the recording (JSON, schema lockscope.report/2) to this file.
     #[arg(short = 'o', long = "output", value_name = "FILE")]
     pub output: Option<PathBuf>,
+    /// Kernel stack walks allowed per CPU per second (0: walk every wait). A wait past the
+    /// budget still counts exactly for its lock, task and type; callers are then the
+    /// figures of the waits whose stack was walked (the report says what share).
+    #[arg(long, value_name = "N", default_value_t = lockscope_common::STACK_WALKS_PER_CPU_S,
+          value_parser = clap::value_parser!(u64).range(0..=1_000_000))]
+    pub stack_rate: u64,
     /// With a command: trace the whole system while it runs, not only its process tree.
     #[arg(short = 'a', long = "all-cpus")]
     pub system_wide: bool,

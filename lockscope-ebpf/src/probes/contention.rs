@@ -58,6 +58,10 @@ static COMMS: LruHashMap<u32, [u8; 16]> = LruHashMap::with_max_entries(COMMS_MAX
 #[map]
 static STACKS: LruHashMap<u64, StackFrames> = LruHashMap::with_max_entries(STACKS_MAX_ENTRIES, 0);
 
+/// Per-CPU stack walk budget (see `ProbeConfig::stack_cost_ns`).
+#[map]
+static STACK_BUDGET: PerCpuArray<StackBudget> = PerCpuArray::with_max_entries(1, 0);
+
 /// Scratch buffer for reading a stack (too big for the BPF stack).
 #[map]
 static STACK_SCRATCH: PerCpuArray<StackFrames> = PerCpuArray::with_max_entries(1, 0);
@@ -111,7 +115,14 @@ fn on_begin(ctx: &BtfTracePointContext, lock: u64, flags: u32) {
         }
     }
 
-    let stack = kernel_stack(ctx);
+    // The stack walk is most of a wait's cost: within the per-CPU budget only. The wait
+    // itself is timed and counted either way.
+    let stack = if take_stack_budget(&cfg, now) {
+        kernel_stack(ctx)
+    } else {
+        count(CNT_STACK_NOT_SAMPLED);
+        STACK_NOT_SAMPLED
+    };
     let start = WaitStart {
         ts_ns: now,
         lock,
@@ -181,6 +192,23 @@ fn remember_comm(cfg: &ProbeConfig) {
     if unsafe { COMMS.get(tgid) }.is_none() {
         let comm = current_process_comm(cfg);
         let _ = COMMS.insert(tgid, comm, BPF_NOEXIST as u64);
+    }
+}
+
+#[inline(always)]
+fn take_stack_budget(cfg: &ProbeConfig, now: u64) -> bool {
+    if cfg.stack_cost_ns == 0 {
+        return true;
+    }
+    match STACK_BUDGET.get_ptr_mut(0) {
+        // SAFETY: this CPU's slot of a live per-CPU map.
+        Some(b) => stack_budget_take(
+            unsafe { &mut *b },
+            now,
+            cfg.stack_cost_ns,
+            cfg.stack_burst_ns,
+        ),
+        None => true,
     }
 }
 

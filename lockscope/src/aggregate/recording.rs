@@ -3,7 +3,9 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use lockscope_common::{COUNTERS_LEN, ContentionKey, LockInfo, RwsemEventCounts, RwsemEventKey};
+use lockscope_common::{
+    COUNTERS_LEN, ContentionKey, LockInfo, RwsemEventCounts, RwsemEventKey, STACK_NOT_SAMPLED,
+};
 use serde::{Deserialize, Serialize};
 
 use super::{
@@ -107,6 +109,10 @@ pub struct EventCounts {
     pub unpaired_end: u64,
     pub unpaired_begin: u64,
     pub type_filtered: u64,
+    /// Waits whose kernel stack was not walked (past the per-CPU stack budget): counted
+    /// for their lock, task and type; the callers are figures of the other waits.
+    #[serde(default)]
+    pub stack_not_sampled: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -181,6 +187,7 @@ impl EventCounts {
             unpaired_end: c[CNT_UNPAIRED_END as usize],
             unpaired_begin: c[CNT_UNPAIRED_BEGIN as usize],
             type_filtered: c[CNT_TYPE_FILTERED as usize],
+            stack_not_sampled: c[CNT_STACK_NOT_SAMPLED as usize],
         }
     }
 }
@@ -306,6 +313,14 @@ impl Detail {
 pub struct Omitted {
     pub callers: u64,
     pub tasks: u64,
+    /// Waits timed without a stack walk (the per-CPU stack budget was spent): in the
+    /// lock's and its tasks' figures, in no caller's. The callers are then a sample.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub unsampled_waits: u64,
+}
+
+fn is_zero(v: &u64) -> bool {
+    *v == 0
 }
 
 /// One lock of a [`LockPlan`]: totals, and the callers and tasks kept, ranked.
@@ -344,6 +359,7 @@ impl LockPlan {
             stats: WaitStats,
             callers: BTreeSet<u64>,
             tasks: BTreeSet<u32>,
+            unsampled: u64,
         }
         let mut by_lock: BTreeMap<(u64, LockType), Acc> = BTreeMap::new();
         let mut unknown_flags = 0u64;
@@ -357,9 +373,14 @@ impl LockPlan {
                 stats: WaitStats::default(),
                 callers: BTreeSet::new(),
                 tasks: BTreeSet::new(),
+                unsampled: 0,
             });
             acc.stats.merge(stats);
-            acc.callers.insert(key.stack);
+            if key.stack == STACK_NOT_SAMPLED {
+                acc.unsampled += stats.count;
+            } else {
+                acc.callers.insert(key.stack);
+            }
             acc.tasks.insert(key.tgid);
         }
         let mut ranked: Vec<((u64, LockType), Acc)> = by_lock.into_iter().collect();
@@ -378,7 +399,9 @@ impl LockPlan {
         for (key, stats) in &raw.stats {
             let Some(t) = typed(key) else { continue };
             if let Some((callers, tasks)) = detailed.get_mut(&(key.lock, t)) {
-                callers.entry(key.stack).or_default().merge(stats);
+                if key.stack != STACK_NOT_SAMPLED {
+                    callers.entry(key.stack).or_default().merge(stats);
+                }
                 tasks.entry(key.tgid).or_default().merge(stats);
             }
         }
@@ -391,6 +414,7 @@ impl LockPlan {
                 let omitted = Omitted {
                     callers: (acc.callers.len() - callers.len()) as u64,
                     tasks: (acc.tasks.len() - tasks.len()) as u64,
+                    unsampled_waits: acc.unsampled,
                 };
                 PlannedLock {
                     addr,
@@ -751,6 +775,44 @@ pub(crate) mod tests {
         assert_eq!(locks[2].callers[0].caller, UNKNOWN_CALLER);
     }
 
+    #[test]
+    fn unsampled_waits_count_for_the_lock_and_tasks_not_for_callers() {
+        let mut raw = sample_snapshot();
+        let mmap = 0xffff_8880_1234_5678u64;
+        raw.stats.push((
+            ContentionKey {
+                lock: mmap,
+                tgid: 100,
+                stack: STACK_NOT_SAMPLED,
+                flags: LCB_F_READ,
+            },
+            wait(1_000, 20),
+        ));
+        let mut lost = BTreeMap::new();
+        let locks = build_locks(&raw, &FakeNames, &mut lost);
+        let r = locks
+            .iter()
+            .find(|l| l.lock_type == LockType::RwsemRead)
+            .unwrap();
+        // 15 sampled waits + 20 without a stack: the lock and its task have all 35.
+        assert_eq!(r.stats.count, 35);
+        assert_eq!(r.tasks[0].stats.count, 35);
+        assert_eq!(r.callers.len(), 1);
+        assert_eq!(r.callers[0].stats.count, 15);
+        assert_eq!(r.omitted.as_ref().unwrap().unsampled_waits, 20);
+        assert_eq!(r.omitted.as_ref().unwrap().callers, 0);
+        // The report marks its top caller as an estimate; fully sampled locks are not.
+        let rec = Recording {
+            locks: locks.clone(),
+            ..sample_recording()
+        };
+        let rows = crate::aggregate::rows::rows(&rec, crate::aggregate::rows::GroupBy::Lock);
+        let read = rows.iter().find(|x| x.lock_type == "rwsem:R").unwrap();
+        assert_eq!(read.top_caller, "~do_user_addr_fault+0x90");
+        let write = rows.iter().find(|x| x.lock_type == "rwsem:W").unwrap();
+        assert_eq!(write.top_caller, "vm_mmap_pgoff+0x30");
+    }
+
     /// Counts the stacks it symbolizes.
     struct CountingNames(std::cell::Cell<usize>);
     impl Names for CountingNames {
@@ -825,6 +887,7 @@ pub(crate) mod tests {
             Some(Omitted {
                 callers: a.callers.len() as u64 - 1,
                 tasks: a.tasks.len() as u64 - 1,
+                unsampled_waits: 0,
             })
         );
         for (a, s) in all.iter().zip(&some).skip(1) {

@@ -67,10 +67,17 @@ pub fn rows(rec: &Recording, by: GroupBy) -> Vec<Row> {
                 name: l.name.clone(),
                 lock_type: l.lock_type.to_string(),
                 addr: l.addr.clone(),
+                // A caller from a sample of the waits (stack budget) is an estimate.
                 top_caller: l
                     .callers
                     .first()
-                    .map(|c| c.caller.clone())
+                    .map(|c| {
+                        if l.omitted.as_ref().is_some_and(|o| o.unsampled_waits > 0) {
+                            format!("~{}", c.caller)
+                        } else {
+                            c.caller.clone()
+                        }
+                    })
                     .unwrap_or_default(),
                 stats: l.stats.clone(),
             })

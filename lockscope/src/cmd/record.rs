@@ -39,7 +39,11 @@ pub fn run(args: RecordArgs) -> anyhow::Result<ExitCode> {
         starvation_threshold_ns: args.starvation_threshold,
         starvation_acquisitions: args.starvation_acquisitions,
     });
-    let mut session = Session::start_with_rt(&LoadOptions { target, types }, target_desc, rt)?;
+    let opts = LoadOptions {
+        stack_walks_per_cpu_s: args.stack_rate,
+        ..LoadOptions::new(target, types)
+    };
+    let mut session = Session::start_with_rt(&opts, target_desc, rt)?;
     if session.probes().futex
         && let Some(cmd) = args.command.first()
         && resolve_command(cmd).is_ok_and(|p| is_static_elf(&p).unwrap_or(false))

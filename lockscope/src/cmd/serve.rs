@@ -82,12 +82,9 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     listener.set_nonblocking(true)?;
 
     let mut session = Session::start(
-        &LoadOptions {
-            target: settings.target.clone(),
-            // The probe groups pick the types: without a futex type the futex probes
-            // stay detached.
-            types: Some(settings.load_types()),
-        },
+        // The probe groups pick the types: without a futex type the futex probes stay
+        // detached.
+        &LoadOptions::new(settings.target.clone(), Some(settings.load_types())),
         describe_target(&settings.target),
     )?;
     session.set_detail(settings.detail);

@@ -9,7 +9,10 @@ use aya::{
     maps::HashMap as BpfHashMap,
     programs::{BtfTracePoint, Link as _, TracePoint, links::FdLink, trace_point::TracePointLink},
 };
-use lockscope_common::{FILTER_ALL, FILTER_CGROUP, FILTER_TGIDS, ProbeConfig, futex_stats_entries};
+use lockscope_common::{
+    FILTER_ALL, FILTER_CGROUP, FILTER_TGIDS, ProbeConfig, STACK_WALK_BURST, STACK_WALKS_PER_CPU_S,
+    futex_stats_entries,
+};
 
 use super::{
     btf::{KernelBtf, KernelOffsets, VMLINUX_BTF},
@@ -42,6 +45,28 @@ pub struct LoadOptions {
     pub target: Target,
     /// Lock types to record; `None` for all.
     pub types: Option<Vec<LockType>>,
+    /// Kernel stack walks per CPU per second (0: every wait's stack).
+    pub stack_walks_per_cpu_s: u64,
+}
+
+impl LoadOptions {
+    /// The default stack budget ([`STACK_WALKS_PER_CPU_S`]).
+    pub fn new(target: Target, types: Option<Vec<LockType>>) -> Self {
+        Self {
+            target,
+            types,
+            stack_walks_per_cpu_s: STACK_WALKS_PER_CPU_S,
+        }
+    }
+}
+
+/// (cost, burst) in ns of credit for a budget of `per_s` stack walks per CPU per second.
+pub fn stack_budget(per_s: u64) -> (u64, u64) {
+    if per_s == 0 {
+        return (0, 0);
+    }
+    let cost = (1_000_000_000 / per_s).max(1);
+    (cost, cost.saturating_mul(STACK_WALK_BURST))
 }
 
 /// Loaded and attached probes. Dropping it detaches everything.
@@ -129,6 +154,8 @@ impl Probes {
             off_task_group_leader: offsets.task_group_leader,
             off_task_comm: offsets.task_comm,
             off_rwsem_wait_lock: offsets.rwsem_wait_lock,
+            stack_cost_ns: stack_budget(opts.stack_walks_per_cpu_s).0,
+            stack_burst_ns: stack_budget(opts.stack_walks_per_cpu_s).1,
             ..Default::default()
         };
         if let Some(types) = &opts.types {

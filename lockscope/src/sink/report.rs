@@ -177,6 +177,17 @@ fn table(rec: &Recording, rows: &[Row], shown: usize, by: GroupBy) -> String {
         "events: {} begin, {} end, {} in progress at end, {} unpaired end, {} unpaired begin, {} filtered by type",
         e.begin, e.end, e.in_progress_at_end, e.unpaired_end, e.unpaired_begin, e.type_filtered
     );
+    if e.stack_not_sampled > 0 {
+        let _ = writeln!(
+            out,
+            "callers: {} waits timed without a kernel stack walk (~{:.1}% of the {} that \
+             ended; per-CPU stack budget: --stack-rate): callers marked ~ are figures of the \
+             other waits; every lock, task and type total is exact",
+            e.stack_not_sampled,
+            100.0 * e.stack_not_sampled as f64 / e.end.max(1) as f64,
+            e.end
+        );
+    }
     let lost: Vec<String> = rec.lost.iter().map(|(k, v)| format!("{k}={v}")).collect();
     let total_lost: u64 = rec.lost.values().sum();
     let _ = writeln!(
