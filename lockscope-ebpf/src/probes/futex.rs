@@ -23,7 +23,7 @@ use aya_ebpf::{
         bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_user,
     },
     macros::{map, tracepoint},
-    maps::{LruHashMap, LruPerCpuHashMap, PerCpuArray},
+    maps::{Array, LruHashMap, LruPerCpuHashMap, PerCpuArray},
     programs::TracePointContext,
 };
 use lockscope_common::*;
@@ -191,8 +191,22 @@ fn waitv_entry(waiters: u64, i: u64) -> (u64, u32) {
     (uaddr, flags)
 }
 
+/// 1 while recording: userspace opens it after attaching and closes it when it stops, so
+/// that the syscall tracepoints (perf events, slow to detach: one RCU grace period each)
+/// can be released after lockscope has exited without recording anything more.
+#[map]
+pub static FUTEX_GATE: Array<u32> = Array::with_max_entries(1, 0);
+
+#[inline(always)]
+fn gate_open() -> bool {
+    FUTEX_GATE.get(0).copied() == Some(1)
+}
+
 #[inline(always)]
 fn on_enter(uaddr: u64, cmd: u32, op: u32, waiters: u64, nr: u32, shared: bool) {
+    if !gate_open() {
+        return;
+    }
     let cfg = CONFIG.load();
     if !current_is_target(&cfg) {
         return;
@@ -256,6 +270,9 @@ fn on_enter(uaddr: u64, cmd: u32, op: u32, waiters: u64, nr: u32, shared: bool) 
 
 #[inline(always)]
 fn on_exit(ret: i64, from_restart_syscall: bool) {
+    if !gate_open() {
+        return;
+    }
     let tid = bpf_get_current_pid_tgid() as u32;
     let Some(c) = FUTEX_CALLS.get_ptr_mut(tid) else {
         if !from_restart_syscall {

@@ -325,6 +325,7 @@ impl Probes {
             let link = program.take_link(id)?;
             self.tp_links.push((tp.to_owned(), link));
         }
+        set_futex_gate(&mut self.ebpf, true)?;
         self.futex = true;
         Ok(())
     }
@@ -344,18 +345,25 @@ impl Probes {
     }
 
     /// Detach every program: no new events after this returns; maps stay readable.
+    /// Tracepoint perf events (the futex syscalls), slow to release, are gated off and
+    /// left to a keeper process that lets them go once lockscope has exited
+    /// ([`super::release`]).
     pub fn detach(&mut self) {
         if self.rt.is_some() {
             let _ = rt_probes::set_gate(&mut self.ebpf, false);
         }
+        let gated = self.futex && set_futex_gate(&mut self.ebpf, false).is_ok();
         for (_, link) in self.links.drain(..) {
-            let _ = link.detach();
-        }
-        for (_, link) in self.tp_links.drain(..) {
             let _ = link.detach();
         }
         self.rwsem.detach(&mut self.ebpf);
         self.spin.detach(&mut self.ebpf);
+        if !self.tp_links.is_empty() && gated && std::env::var_os(SYNC_DETACH_ENV).is_none() {
+            super::release::keep_until_exit();
+        }
+        for (_, link) in self.tp_links.drain(..) {
+            let _ = link.detach();
+        }
         self.pthread.detach();
     }
 
@@ -376,6 +384,18 @@ impl Probes {
     pub fn take_map(&mut self, name: &str) -> Option<aya::maps::Map> {
         self.ebpf.take_map(name)
     }
+}
+
+/// Set to release every attachment in lockscope itself at exit (slow, see
+/// [`super::release`]), for measuring that cost.
+pub const SYNC_DETACH_ENV: &str = "LOCKSCOPE_SYNC_DETACH";
+
+/// Open or close the futex probes' gate.
+fn set_futex_gate(ebpf: &mut Ebpf, on: bool) -> anyhow::Result<()> {
+    let mut gate: aya::maps::Array<_, u32> =
+        aya::maps::Array::try_from(ebpf.map_mut("FUTEX_GATE").context("FUTEX_GATE map")?)?;
+    gate.set(0, u32::from(on), 0).context("setting FUTEX_GATE")?;
+    Ok(())
 }
 
 /// Try the rwsem deep-tier hooks for real (load and attach each, then detach), for

@@ -4,6 +4,7 @@ pub mod btf;
 pub mod features;
 pub mod loader;
 pub mod pthread;
+pub mod release;
 pub mod rt;
 pub mod rwsem;
 pub mod spin;

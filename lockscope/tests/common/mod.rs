@@ -131,6 +131,21 @@ impl ProgramWatch {
             eprintln!("note: another lockscope is running; leftover-program check skipped");
             return;
         }
+        // lockscope hands its slow-to-release tracepoint attachments to a keeper process
+        // (`lockscope-bg`) that lets them go once lockscope has exited: wait for it.
+        let keeper = || {
+            Command::new("pgrep")
+                .args(["-x", "lockscope-bg"])
+                .output()
+                .map(|o| !o.stdout.is_empty())
+                .unwrap_or(false)
+        };
+        for _ in 0..1200 {
+            if !keeper() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
         // The kernel frees a program shortly after its last reference goes.
         for _ in 0..40 {
             let left: Vec<_> = loaded_programs()

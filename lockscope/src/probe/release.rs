@@ -1,0 +1,60 @@
+//! Releasing perf-event attachments without making the user wait.
+//!
+//! Closing the last reference to a tracepoint perf event (the futex syscall tracepoints
+//! are perf events) waits for an RCU grace period, one after the other under one kernel
+//! mutex: about 70 ms each here, most of a second for the dozen lockscope attaches, and
+//! far longer while something like a ptrace storm stretches grace periods. So when
+//! lockscope is done, a small child process forked with a copy of the descriptors holds
+//! those references until lockscope has exited, then lets them go: lockscope's own closes
+//! are cheap (not the last reference) and the shell gets its prompt back at once.
+//!
+//! The probes behind those attachments are gated off before this (`FUTEX_GATE`,
+//! `RT_GATE`), so nothing more is recorded in between.
+
+/// Fork the keeper. Returns false when it could not be forked (then the caller detaches
+/// the slow way). The child calls only async-signal-safe functions: it closes every
+/// descriptor that is not an anonymous inode (files, sockets, pipes, the terminal: a
+/// pipe reader sees its end of file, a listening port is free at once), waits until its
+/// parent has exited (it is then reparented) and exits, releasing what it held.
+pub fn keep_until_exit() -> bool {
+    // SAFETY: plain libc calls; after fork the child runs only async-signal-safe calls
+    // (setsid, prctl, fstat, close, getppid, nanosleep, _exit) and never returns.
+    unsafe {
+        let parent = libc::getpid();
+        let mut lim = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        let max_fd = if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 {
+            (lim.rlim_cur as i64).clamp(1024, 65536) as i32
+        } else {
+            4096
+        };
+        match libc::fork() {
+            -1 => false,
+            0 => {
+                libc::setsid();
+                libc::prctl(libc::PR_SET_NAME, c"lockscope-bg".as_ptr());
+                let mut st: libc::stat = std::mem::zeroed();
+                for fd in 0..max_fd {
+                    if libc::fstat(fd, &mut st) == 0 && st.st_mode & libc::S_IFMT != 0 {
+                        libc::close(fd);
+                    }
+                }
+                let tick = libc::timespec {
+                    tv_sec: 0,
+                    tv_nsec: 20_000_000,
+                };
+                // At most ten minutes: a parent that lives on does not need us.
+                for _ in 0..30_000 {
+                    if libc::getppid() != parent {
+                        break;
+                    }
+                    libc::nanosleep(&tick, std::ptr::null_mut());
+                }
+                libc::_exit(0)
+            }
+            _ => true,
+        }
+    }
+}
