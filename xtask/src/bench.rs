@@ -294,7 +294,7 @@ fn full_run(ctx: &Ctx, runs: Option<usize>) -> Result<BenchResults> {
     // Overhead runs, then cost, capacity steps and daemon cases.
     let cap = capacity_plan(ctx.quick);
     let mut progress = Progress {
-        total: runs * specs.len() * TOOLS.len() + 1 + cap.len() + 2,
+        total: runs * specs.len() * TOOLS.len() + 1 + cap.len() + 4,
         done: 0,
         start: Instant::now(),
     };
@@ -384,6 +384,18 @@ fn full_run(ctx: &Ctx, runs: Option<usize>) -> Result<BenchResults> {
     )?);
     progress.step("daemon cost with 10,000 contended locks");
     daemon.push(daemon_10k(ctx)?);
+    progress.step("real-time observer: cyclictest bare and under record -a");
+    let realtime = realtime_case(ctx)?;
+    println!(
+        "        worst max bare {:?} us, traced {:?} us",
+        realtime.bare_max_us, realtime.traced_max_us
+    );
+    progress.step("start and stop: record -- true, SIGTERM to serve");
+    let start_stop = start_stop_case(ctx)?;
+    println!(
+        "        record -- true {:?} s, serve SIGTERM {:?} s",
+        start_stop.record_true_s, start_stop.serve_sigterm_s
+    );
 
     Ok(BenchResults {
         schema: SCHEMA.into(),
@@ -400,8 +412,84 @@ fn full_run(ctx: &Ctx, runs: Option<usize>) -> Result<BenchResults> {
         capacity: Some(capacity),
         daemon,
         soak: None,
+        realtime: Some(realtime),
+        start_stop: Some(start_stop),
         targets: Vec::new(),
     })
+}
+
+/// cyclictest's worst `Max:` over its threads (us), from its `-q` summary.
+fn cyclictest_worst(text: &str) -> Option<u64> {
+    text.split("Max:")
+        .skip(1)
+        .filter_map(|rest| rest.split_whitespace().next()?.parse::<u64>().ok())
+        .max()
+}
+
+/// cyclictest alone and beside a system-wide recording with latency tracing, alternating.
+fn realtime_case(ctx: &Ctx) -> Result<results::RealTime> {
+    let (runs, secs) = if ctx.quick { (1, "2") } else { (3, "6") };
+    let args: Vec<String> = ["-S", "-p98", "-m", "-i2000", "-D", secs, "-q"]
+        .map(String::from)
+        .to_vec();
+    let mut rt = results::RealTime {
+        cyclictest_args: args.clone(),
+        ..Default::default()
+    };
+    for i in 0..runs {
+        let mut bare = Command::new("cyclictest");
+        bare.args(&args);
+        let mut p = Proc::spawn(bare, &ctx.scratch, &format!("cyclictest-bare-{i}"), false)?;
+        p.wait(Duration::from_secs(120))?;
+        rt.bare_max_us.push(
+            cyclictest_worst(&p.stdout_text()).context("bench: no Max: in cyclictest's output")?,
+        );
+        let mut traced = ctx.lockscope();
+        traced
+            .args([
+                "record",
+                "-a",
+                "--latency-threshold",
+                "50us",
+                "-n",
+                "0",
+                "--",
+                "cyclictest",
+            ])
+            .args(&args);
+        let mut p = Proc::spawn(
+            traced,
+            &ctx.scratch,
+            &format!("cyclictest-traced-{i}"),
+            false,
+        )?;
+        p.wait(Duration::from_secs(180))?;
+        rt.traced_max_us.push(
+            cyclictest_worst(&p.stdout_text())
+                .context("bench: no Max: in the traced cyclictest's output")?,
+        );
+    }
+    Ok(rt)
+}
+
+/// Wall time of `record -- true`, and of `serve` from SIGTERM to its exit.
+fn start_stop_case(ctx: &Ctx) -> Result<results::StartStop> {
+    let runs = if ctx.quick { 1 } else { 3 };
+    let mut ss = results::StartStop::default();
+    for i in 0..runs {
+        let mut c = ctx.lockscope();
+        c.args(["record", "--", "true"]);
+        let t0 = Instant::now();
+        let mut p = Proc::spawn(c, &ctx.scratch, &format!("record-true-{i}"), false)?;
+        p.wait(Duration::from_secs(120))?;
+        ss.record_true_s.push(t0.elapsed().as_secs_f64());
+        let (mut serve, _) = start_serve(ctx, &format!("serve-sigterm-{i}"))?;
+        let t0 = Instant::now();
+        serve.signal(libc::SIGTERM);
+        serve.wait(Duration::from_secs(120))?;
+        ss.serve_sigterm_s.push(t0.elapsed().as_secs_f64());
+    }
+    Ok(ss)
 }
 
 fn throughputs(s: &[RunSample]) -> Vec<f64> {
@@ -1072,4 +1160,17 @@ fn snapshot_counts(port: u16) -> (usize, usize) {
         .map(|l| l["callers"].as_array().map_or(0, Vec::len))
         .sum();
     (locks.len(), callers)
+}
+
+#[cfg(test)]
+mod cyclictest_tests {
+    use super::cyclictest_worst;
+
+    #[test]
+    fn worst_max_over_threads() {
+        let text = "T: 0 ( 4242) P:98 I:2000 C:   2999 Min:      3 Act:    5 Avg:    6 Max:     130\n\
+                    T: 1 ( 4243) P:98 I:2500 C:   2399 Min:      4 Act:    7 Avg:    9 Max:    6079\n";
+        assert_eq!(cyclictest_worst(text), Some(6079));
+        assert_eq!(cyclictest_worst("no summary"), None);
+    }
 }

@@ -394,7 +394,8 @@ pub const SYNC_DETACH_ENV: &str = "LOCKSCOPE_SYNC_DETACH";
 fn set_futex_gate(ebpf: &mut Ebpf, on: bool) -> anyhow::Result<()> {
     let mut gate: aya::maps::Array<_, u32> =
         aya::maps::Array::try_from(ebpf.map_mut("FUTEX_GATE").context("FUTEX_GATE map")?)?;
-    gate.set(0, u32::from(on), 0).context("setting FUTEX_GATE")?;
+    gate.set(0, u32::from(on), 0)
+        .context("setting FUTEX_GATE")?;
     Ok(())
 }
 

@@ -26,8 +26,30 @@ pub struct BenchResults {
     pub daemon: Vec<DaemonCase>,
     #[serde(default)]
     pub soak: Option<Soak>,
+    /// cyclictest's worst latency bare and beside `record -a --latency-threshold`.
+    #[serde(default)]
+    pub realtime: Option<RealTime>,
+    /// Wall times of starting and stopping.
+    #[serde(default)]
+    pub start_stop: Option<StartStop>,
     #[serde(default)]
     pub targets: Vec<TargetCheck>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct RealTime {
+    pub cyclictest_args: Vec<String>,
+    /// Worst `Max:` over cyclictest's threads, per run, in us.
+    pub bare_max_us: Vec<u64>,
+    pub traced_max_us: Vec<u64>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct StartStop {
+    /// `lockscope record -- true`, seconds, per run.
+    pub record_true_s: Vec<f64>,
+    /// SIGTERM to `lockscope serve` until it exited, seconds, per run.
+    pub serve_sigterm_s: Vec<f64>,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -308,6 +330,46 @@ pub fn judge_targets(r: &BenchResults) -> Vec<TargetCheck> {
             &format!("`{tool}` beside an uncontended pthread loop: at least 98% of its bare speed"),
             slow.map_or("n/a".into(), |s| format!("{:.1}% of bare", 100.0 - s)),
             slow.map(|s| s <= 2.0),
+        ));
+    }
+    if let Some(rt) = &r.realtime {
+        let bare = rt.bare_max_us.iter().max().copied();
+        let traced = rt.traced_max_us.iter().max().copied();
+        let limit = bare.map(|b| (3 * b).max(5000));
+        out.push(check(
+            "cyclictest's worst max under `record -a --latency-threshold` within max(3x the worst \
+             bare run, 5 ms)",
+            match (bare, traced, limit) {
+                (Some(b), Some(t), Some(l)) => format!(
+                    "bare {:?} us, traced {:?} us: worst {t} us against {l} us (worst bare {b})",
+                    rt.bare_max_us, rt.traced_max_us
+                ),
+                _ => "n/a".into(),
+            },
+            traced.zip(limit).map(|(t, l)| t <= l),
+        ));
+    }
+    if let Some(ss) = &r.start_stop {
+        let worst = |v: &[f64]| {
+            v.iter()
+                .copied()
+                .fold(None, |m: Option<f64>, x| Some(m.map_or(x, |m| m.max(x))))
+        };
+        let rt = worst(&ss.record_true_s);
+        out.push(check(
+            "`record -- true` at most 1.0 s wall",
+            rt.map_or("n/a".into(), |w| {
+                format!("{:?} s, worst {w:.2} s", ss.record_true_s)
+            }),
+            rt.map(|w| w <= 1.0),
+        ));
+        let st = worst(&ss.serve_sigterm_s);
+        out.push(check(
+            "SIGTERM ends `serve` within 1 s",
+            st.map_or("n/a".into(), |w| {
+                format!("{:?} s, worst {w:.3} s", ss.serve_sigterm_s)
+            }),
+            st.map(|w| w <= 1.0),
         ));
     }
     let cost = r.cost.as_ref();
