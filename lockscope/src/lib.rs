@@ -10,6 +10,7 @@ pub mod config;
 pub mod decode;
 pub mod probe;
 pub mod session;
+pub mod signals;
 pub mod sink;
 pub mod source;
 pub mod symbolize;

@@ -617,3 +617,29 @@ fn top_errors_are_one_line_and_leave_the_terminal_alone() {
         );
     }
 }
+
+/// SIGTERM and SIGHUP quit the live view like `q`: the terminal comes back cooked, off the
+/// alternate screen, with one line saying why.
+#[test]
+fn sigterm_and_sighup_restore_the_terminal() {
+    let _serial = serial();
+    require_root();
+    for (sig, name) in [(libc::SIGTERM, "SIGTERM"), (libc::SIGHUP, "SIGHUP")] {
+        let tmux = Tmux::start(&format!("sig{sig}"), &shell_cmd("--interval 500ms"));
+        tmux.wait_for("the live view", 60, |s| s.contains("tier tracepoint"));
+        let shell: u32 = tmux.display("#{pane_pid}").parse().unwrap();
+        let top = *children_of(shell)
+            .first()
+            .unwrap_or_else(|| panic!("no top under the pane's shell {shell}"));
+        // SAFETY: kill(2) on a process this test started (through tmux).
+        unsafe { libc::kill(top as i32, sig) };
+        let s = tmux.wait_for("top to exit", 15, |s| s.contains("tty: "));
+        assert!(
+            s.contains(&format!("lockscope: {name}: live view stopped")),
+            "{name}: {s}"
+        );
+        assert!(s.contains("top exited: 0"), "{name}: {s}");
+        assert!(s.contains("tty: cooked"), "{name}: {s}");
+        assert_eq!(tmux.display("#{alternate_on}"), "0", "{name}");
+    }
+}

@@ -20,6 +20,8 @@ pub enum Event {
     Resize,
     /// Reading the terminal failed; the input thread has stopped.
     Failed(String),
+    /// SIGTERM or SIGHUP arrived (see [`crate::signals`]): quit.
+    Terminate(&'static str),
 }
 
 pub struct Events {
@@ -40,6 +42,10 @@ impl Events {
             .name("lockscope-input".into())
             .spawn(move || {
                 while !stop_flag.load(Ordering::Relaxed) {
+                    if let Some(sig) = crate::signals::requested() {
+                        let _ = tx.send(Event::Terminate(sig));
+                        break;
+                    }
                     let ev = match event::poll(POLL) {
                         Ok(false) => continue,
                         Ok(true) => match event::read() {

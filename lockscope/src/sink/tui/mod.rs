@@ -40,7 +40,10 @@ pub fn run(feed: &mut dyn Feed, interval: Duration) -> anyhow::Result<()> {
     app.update(first);
 
     let mut tui = terminal::enter()?;
+    // SIGTERM and SIGHUP quit like `q`: the terminal is restored on the way out.
+    crate::signals::catch_terminate();
     let events = Events::start();
+    let mut terminated = None;
     let mut next_refresh = Instant::now() + interval;
     loop {
         tui.draw(|f| ui::draw(f, &app))?;
@@ -52,6 +55,10 @@ pub fn run(feed: &mut dyn Feed, interval: Duration) -> anyhow::Result<()> {
             }
             Some(Event::Resize) => tui.terminal.autoresize()?,
             Some(Event::Failed(e)) => anyhow::bail!("reading the terminal failed: {e}"),
+            Some(Event::Terminate(sig)) => {
+                terminated = Some(sig);
+                break;
+            }
             None => {
                 if !app.paused {
                     match feed.next() {
@@ -70,6 +77,9 @@ pub fn run(feed: &mut dyn Feed, interval: Duration) -> anyhow::Result<()> {
     }
     drop(events);
     drop(tui);
+    if let Some(sig) = terminated {
+        eprintln!("lockscope: {sig}: live view stopped");
+    }
     Ok(())
 }
 
