@@ -31,6 +31,7 @@ impl ViewArgs {
             by: self.by,
             sort: self.sort,
             limit: self.entries,
+            weight: self.weight,
         }
     }
 }

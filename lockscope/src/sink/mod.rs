@@ -5,6 +5,7 @@ pub mod html;
 
 pub mod escape;
 pub mod events;
+pub mod folded;
 pub mod prometheus;
 pub mod report;
 pub mod rt;

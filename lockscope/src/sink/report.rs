@@ -20,6 +20,8 @@ pub enum Format {
     Csv,
     /// One self-contained page: histograms, timeline, flame graphs (use with -o).
     Html,
+    /// Folded stacks (`frame;...;lock value`) for inferno, flamegraph.pl, speedscope.
+    Folded,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -29,6 +31,8 @@ pub struct ReportOptions {
     pub sort: SortKey,
     /// At most this many rows (0: all).
     pub limit: usize,
+    /// What a folded stack's value counts.
+    pub weight: super::folded::Weight,
 }
 
 impl Default for ReportOptions {
@@ -38,6 +42,7 @@ impl Default for ReportOptions {
             by: GroupBy::Lock,
             sort: SortKey::Total,
             limit: 20,
+            weight: super::folded::Weight::Wait,
         }
     }
 }
@@ -46,6 +51,7 @@ pub fn render(rec: &Recording, opts: &ReportOptions) -> anyhow::Result<String> {
     match opts.format {
         Format::Json => return Ok(serde_json::to_string_pretty(rec)? + "\n"),
         Format::Html => return super::html::render_html(rec),
+        Format::Folded => return Ok(super::folded::folded(rec, opts.weight)),
         _ => {}
     }
     let mut r = rows(rec, opts.by);
