@@ -89,6 +89,9 @@ pub struct ViewArgs {
     /// Output format.
     #[arg(long, value_enum, default_value_t = Format::Table)]
     pub format: Format,
+    /// With --format folded: weigh each stack by its wait time (ns) or its contentions.
+    #[arg(long, value_enum, default_value_t = crate::sink::folded::Weight::Wait)]
+    pub weight: crate::sink::folded::Weight,
 }
 
 #[derive(Debug, Args)]
@@ -103,6 +106,9 @@ pub struct RecordArgs {
     /// Write the recording (JSON, schema lockscope.report/2) to this file.
     #[arg(short = 'o', long = "output", value_name = "FILE")]
     pub output: Option<PathBuf>,
+    /// Also write the waiters' folded stacks (wait ns; see `report --format folded`).
+    #[arg(long, value_name = "FILE")]
+    pub folded: Option<PathBuf>,
     /// Kernel stack walks allowed per CPU per second (0: walk every wait). A wait past the
     /// budget still counts exactly for its lock, task and type; callers are then the
     /// figures of the waits whose stack was walked (the report says what share).

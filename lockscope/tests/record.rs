@@ -290,3 +290,139 @@ fn cgroup_filter_records_only_that_cgroup() {
         }
     }
 }
+
+/// SIGTERM or SIGHUP ends a recording as Ctrl-C does: the report is printed, `-o` is
+/// written, the exit is clean and quick; a command gets the same signal.
+#[test]
+fn sigterm_and_sighup_write_the_recording() {
+    let _serial = serial();
+    let dir = scratch("record-sigterm");
+    for (sig, name) in [(libc::SIGTERM, "SIGTERM"), (libc::SIGHUP, "SIGHUP")] {
+        let file = dir.join(format!("{name}.json"));
+        let _ = std::fs::remove_file(&file);
+        let mut churn = spawn_churn();
+        let rec = lockscope()
+            .args(["record", "-d", "60", "-o"])
+            .arg(&file)
+            .args(["--", "sleep", "60"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        // Wait until the command runs: the probes are attached by then.
+        let t0 = std::time::Instant::now();
+        while children_of(rec.id()).is_empty() && t0.elapsed() < Duration::from_secs(60) {
+            thread::sleep(Duration::from_millis(50));
+        }
+        thread::sleep(Duration::from_millis(500));
+        // SAFETY: kill(2) on our own child.
+        unsafe { libc::kill(rec.id() as i32, sig) };
+        let t1 = std::time::Instant::now();
+        let out = rec.wait_with_output().unwrap();
+        let took = t1.elapsed();
+        let _ = churn.kill();
+        let _ = churn.wait();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            stderr.contains(&format!("lockscope: {name}: recording stopped")),
+            "{name}: {stderr}"
+        );
+        assert!(took < Duration::from_secs(20), "{name}: took {took:?}");
+        assert!(stdout.contains("contended"), "{name}: no report:\n{stdout}");
+        let rec = read_json(&file);
+        assert!(rec["duration_s"].as_f64().unwrap() < 60.0, "{name}");
+        // sleep got the signal too: its exit status is passed through.
+        assert_eq!(out.status.code(), Some(128 + sig), "{name}: {stderr}");
+    }
+}
+
+/// `--folded` and `report --format folded`: one line per waiter stack, the lock last; the
+/// values add up to the recording's total wait (or contentions), and inferno renders them.
+#[test]
+fn folded_stacks_add_up_and_render_as_a_flame_graph() {
+    let _serial = serial();
+    let dir = scratch("record-folded");
+    let (file, folded) = (dir.join("f.json"), dir.join("f.folded"));
+    run_ok(
+        lockscope()
+            .args(["record", "-n", "0", "-o"])
+            .arg(&file)
+            .arg("--folded")
+            .arg(&folded)
+            .args(["--", bin(), "workload", "mmap-churn", "--seconds", "2"]),
+    );
+    let rec = read_json(&file);
+    let locks = rec["locks"].as_array().unwrap();
+    let sum_of = |text: &str| -> u64 {
+        text.lines()
+            .map(|l| l.rsplit_once(' ').unwrap().1.parse::<u64>().unwrap())
+            .sum()
+    };
+    let text = std::fs::read_to_string(&folded).unwrap();
+    let total: u64 = locks.iter().map(|l| stat(l, "wait_total_ns")).sum();
+    assert_eq!(sum_of(&text), total, "{text}");
+    assert!(
+        text.lines()
+            .any(|l| l.contains(";mmap_lock of lockscope[") && l.contains(" [rwsem:W] ")),
+        "{text}"
+    );
+    let report = |extra: &[&str]| {
+        let out = run_ok(
+            lockscope()
+                .args(["report", "--format", "folded"])
+                .args(extra)
+                .arg(&file),
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    assert_eq!(report(&[]), text);
+    let contended: u64 = locks.iter().map(|l| stat(l, "contended")).sum();
+    assert_eq!(sum_of(&report(&["--weight", "count"])), contended);
+    let mut svg = Vec::new();
+    inferno::flamegraph::from_lines(
+        &mut inferno::flamegraph::Options::default(),
+        text.lines(),
+        &mut svg,
+    )
+    .unwrap();
+    assert!(String::from_utf8_lossy(&svg).contains("mmap_lock of lockscope"));
+}
+
+/// A kernel without syscall tracepoints (CONFIG_FTRACE_SYSCALLS off, simulated with a
+/// tracefs that has none): the futex group is skipped with one note, everything else runs.
+#[test]
+fn without_syscall_tracepoints_kernel_locks_are_recorded_with_a_note() {
+    let _serial = serial();
+    let dir = scratch("record-no-syscalls");
+    let tracefs = dir.join("tracefs");
+    std::fs::create_dir_all(tracefs.join("events")).unwrap();
+    let file = dir.join("f.json");
+    let out = run_ok(
+        lockscope()
+            .env("LOCKSCOPE_TRACEFS", &tracefs)
+            .args(["record", "-n", "0", "-o"])
+            .arg(&file)
+            .args(["--", bin(), "workload", "mmap-churn", "--seconds", "2"]),
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let notes: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.contains("futexes) are not traced"))
+        .collect();
+    assert_eq!(notes.len(), 1, "{stderr}");
+    assert!(
+        notes[0].starts_with(
+            "lockscope: note: user-space locks (futexes) are not traced: this \
+             kernel has no syscalls:sys_enter_futex tracepoint"
+        ),
+        "{stderr}"
+    );
+    let rec = read_json(&file);
+    assert!(rec["futex_events"].is_null(), "{}", rec["futex_events"]);
+    assert!(
+        !mmap_lock_entries(&rec, None).is_empty(),
+        "no kernel locks recorded:\n{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+}

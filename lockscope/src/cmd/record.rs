@@ -24,6 +24,8 @@ use crate::{
 enum Stop {
     CommandExited(std::process::ExitStatus),
     Interrupted,
+    /// SIGTERM or SIGHUP: stop as on Ctrl-C (the command gets the same signal).
+    Signaled(&'static str),
     Duration,
     /// Every `--pid` target exited.
     TargetsExited,
@@ -53,7 +55,12 @@ pub fn run(args: RecordArgs) -> anyhow::Result<ExitCode> {
              pthread locks show as futex words"
         ));
     }
-    for note in &session.probes().pthread.notes {
+    for note in session
+        .probes()
+        .notes
+        .iter()
+        .chain(&session.probes().pthread.notes)
+    {
         eprintln!("lockscope: note: {note}");
     }
     session.set_starvation(lockscope_common::SpinParams {
@@ -78,6 +85,19 @@ pub fn run(args: RecordArgs) -> anyhow::Result<ExitCode> {
         &capture,
     ))?;
     session.stop();
+    if let Stop::Signaled(sig) = stop {
+        eprintln!("lockscope: {sig}: recording stopped, writing what was traced");
+        // The command gets what we got (Ctrl-C reaches it through the terminal).
+        if let Some(pid) = child.as_ref().and_then(|c| c.id()) {
+            let signo = if sig == "SIGHUP" {
+                libc::SIGHUP
+            } else {
+                libc::SIGTERM
+            };
+            // SAFETY: kill(2) on our own child, not yet reaped.
+            unsafe { libc::kill(pid as i32, signo) };
+        }
+    }
     if let Some((text, pid)) = capture.take() {
         session.feed_cyclictest_output(text, pid);
     }
@@ -110,6 +130,11 @@ pub fn run(args: RecordArgs) -> anyhow::Result<ExitCode> {
     if let Some(path) = &args.output {
         let text = serde_json::to_string_pretty(&rec)? + "\n";
         std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))?;
+    }
+    if let Some(path) = &args.folded {
+        let text = crate::sink::folded::folded(&rec, crate::sink::folded::Weight::Wait);
+        std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))?;
+        eprintln!("lockscope: folded stacks written to {}", path.display());
     }
     if let Some(path) = &args.html {
         std::fs::write(path, crate::sink::html::render_html(&rec)?)
@@ -154,7 +179,7 @@ fn validate(args: &RecordArgs) -> anyhow::Result<Target> {
             bail!("no process with pid {pid}");
         }
     }
-    for out in args.output.iter().chain(args.html.iter()) {
+    for out in args.output.iter().chain(&args.html).chain(&args.folded) {
         let dir = out.parent().filter(|p| !p.as_os_str().is_empty());
         if let Some(dir) = dir
             && !dir.is_dir()
@@ -326,6 +351,9 @@ async fn wait_for_stop(
         }
     };
     tokio::pin!(sleep);
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).context("catching SIGTERM")?;
+    let mut hup = signal(SignalKind::hangup()).context("catching SIGHUP")?;
     let stop = loop {
         tokio::select! {
             status = async {
@@ -355,6 +383,8 @@ async fn wait_for_stop(
                 session.drain_rt();
             }
             _ = tokio::signal::ctrl_c() => break Stop::Interrupted,
+            _ = term.recv() => break Stop::Signaled("SIGTERM"),
+            _ = hup.recv() => break Stop::Signaled("SIGHUP"),
             _ = &mut sleep => break Stop::Duration,
             _ = observe.tick() => {
                 session.observe_user_sites();

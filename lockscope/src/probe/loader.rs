@@ -83,7 +83,10 @@ pub struct Probes {
     pub futex: bool,
     /// Futex tracepoints this kernel lacks (not attached), e.g. `sys_enter_futex_waitv`.
     pub futex_missing: Vec<String>,
-    /// pthread lock attribution: libc uprobes and why some locks cannot be attributed.
+    /// Probe groups skipped because this kernel lacks what they need: one line each
+    /// (everything else runs).
+    pub notes: Vec<String>,
+    /// pthread lock attribution: waits unwound, and why some locks cannot be attributed.
     pub pthread: PthreadProbes,
     /// The real-time probes time wakeups and send lock activity (`--latency-threshold`).
     pub rt: Option<RtOptions>,
@@ -217,6 +220,7 @@ impl Probes {
             tp_links: Vec::new(),
             futex: false,
             futex_missing: Vec::new(),
+            notes: Vec::new(),
             pthread: PthreadProbes::default(),
             rwsem: DeepTier::default(),
             mmap_estimate: false,
@@ -244,6 +248,10 @@ impl Probes {
             };
             probes.pthread = PthreadProbes::start(&mut probes.ebpf, &pids);
             probes.attach_futex()?;
+            if !probes.futex {
+                probes.pthread.detach();
+                probes.pthread = PthreadProbes::default();
+            }
         }
         if config.filter_mode == FILTER_TGIDS {
             probes.attach_tp_btf("sched_process_fork", "sched_process_fork", &btf)?;
@@ -293,19 +301,25 @@ impl Probes {
         Ok(())
     }
 
-    /// Attach the futex syscall probes that this kernel has tracepoints for. The
-    /// futex(2) pair is required; the futex2 syscalls and restart_syscall are optional
-    /// (missing ones are listed in `futex_missing`).
+    /// Attach the futex syscall probes that this kernel has tracepoints for. Without the
+    /// futex(2) pair the group is skipped with a note (kernel locks are still recorded);
+    /// the futex2 syscalls and restart_syscall are optional (missing ones are listed in
+    /// `futex_missing`).
     fn attach_futex(&mut self) -> anyhow::Result<()> {
         let tracefs = features::tracefs_path();
+        if let Some(tp) = ["sys_enter_futex", "sys_exit_futex"]
+            .into_iter()
+            .find(|tp| !features::tracepoint_exists(&tracefs, "syscalls", tp))
+        {
+            self.notes.push(format!(
+                "user-space locks (futexes) are not traced: this kernel has no \
+                 syscalls:{tp} tracepoint (needs CONFIG_FTRACE_SYSCALLS); kernel locks are \
+                 recorded"
+            ));
+            return Ok(());
+        }
         for (prog, tp) in FUTEX_PROGRAMS.into_iter().chain([FUTEX_RESTART_EXIT]) {
             if !features::tracepoint_exists(&tracefs, "syscalls", tp) {
-                if tp.ends_with("_futex") {
-                    bail!(
-                        "this kernel has no syscalls:{tp} tracepoint \
-                         (needs CONFIG_FTRACE_SYSCALLS); cannot trace futexes"
-                    );
-                }
                 self.futex_missing.push(tp.to_owned());
                 continue;
             }
