@@ -622,8 +622,48 @@ impl Recording {
                 SCHEMA_VERSIONS.end()
             );
         }
-        serde_json::from_value(value)
-            .map_err(|e| anyhow::anyhow!("malformed lockscope recording: {e}"))
+        let rec: Self = serde_json::from_value(value)
+            .map_err(|e| anyhow::anyhow!("malformed lockscope recording: {e}"))?;
+        rec.check_consistent()
+            .map_err(|e| anyhow::anyhow!("inconsistent lockscope recording: {e}"))?;
+        Ok(rec)
+    }
+
+    /// What the renderers rely on: finite times, a timeline whose every series has one
+    /// value per interval, waits that fit their counts.
+    pub fn check_consistent(&self) -> Result<(), String> {
+        if !(self.duration_s.is_finite() && self.duration_s >= 0.0) {
+            return Err(format!("duration_s is {}", self.duration_s));
+        }
+        if let Some(t) = &self.timeline {
+            if !(t.interval_s.is_finite() && t.interval_s > 0.0) {
+                return Err(format!("timeline.interval_s is {}", t.interval_s));
+            }
+            if t.t_s.iter().any(|x| !x.is_finite()) || t.t_s.windows(2).any(|w| w[1] < w[0]) {
+                return Err("timeline.t_s is not a rising series of times".into());
+            }
+            for se in &t.series {
+                if se.contended.len() != t.t_s.len() || se.wait_ns.len() != t.t_s.len() {
+                    return Err(format!(
+                        "timeline series {} has {} and {} values for {} intervals",
+                        se.addr,
+                        se.contended.len(),
+                        se.wait_ns.len(),
+                        t.t_s.len()
+                    ));
+                }
+            }
+        }
+        for l in &self.locks {
+            let s = &l.stats;
+            if s.max_ns > s.total_ns || (s.count == 0 && s.total_ns > 0) || s.failed > s.count {
+                return Err(format!(
+                    "lock {} ({}): contended {}, failed {}, wait_total_ns {}, wait_max_ns {}",
+                    l.addr, l.name, s.count, s.failed, s.total_ns, s.max_ns
+                ));
+            }
+        }
+        Ok(())
     }
 }
 
@@ -926,6 +966,37 @@ pub(crate) mod tests {
             rt_summary: None,
             spin: None,
         }
+    }
+
+    #[test]
+    fn inconsistent_files_are_refused_with_the_reason() {
+        let mut rec = sample_recording();
+        rec.timeline = Some(crate::aggregate::timeline::Timeline {
+            interval_s: 1.0,
+            t_s: vec![1.0, 2.0, 3.0],
+            series: vec![crate::aggregate::timeline::Series {
+                addr: "0x1".into(),
+                lock_type: "spinlock".into(),
+                contended: vec![1, 2],
+                wait_ns: vec![1, 2],
+            }],
+        });
+        let e = Recording::from_json(&serde_json::to_string(&rec).unwrap())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("inconsistent lockscope recording: timeline series 0x1 has 2"),
+            "{e}"
+        );
+        let mut rec = sample_recording();
+        rec.locks[0].stats.max_ns = rec.locks[0].stats.total_ns + 1;
+        let e = Recording::from_json(&serde_json::to_string(&rec).unwrap())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("wait_max_ns"), "{e}");
+        let mut v = serde_json::to_value(sample_recording()).unwrap();
+        v["duration_s"] = serde_json::json!(-1.0);
+        assert!(Recording::from_json(&v.to_string()).is_err());
     }
 
     #[test]
