@@ -112,3 +112,35 @@ fn systemd_unit_and_daemonset_grant_the_same_minimal_capabilities() {
     assert!(ds.contains("args: [\"serve\", \"--config\""));
     assert!(!ds.contains("CAP_SYS_ADMIN") && !unit.iter().any(|c| c == "CAP_SYS_ADMIN"));
 }
+
+/// The DaemonSet serves on the node's loopback only and mounts no service-account token;
+/// the systemd unit listens on loopback and allows only loopback peers.
+#[test]
+fn deployments_expose_nothing_beyond_the_node() {
+    let ds = deploy("kubernetes/daemonset.yaml");
+    assert!(ds.contains("listen = \"127.0.0.1:9464\""), "{ds}");
+    assert!(!ds.contains("0.0.0.0"), "{ds}");
+    assert!(ds.contains("hostNetwork: true"));
+    assert!(ds.contains("automountServiceAccountToken: false"));
+    let unit = deploy("lockscope.service");
+    assert!(unit.contains("serve --listen 127.0.0.1:9464"));
+    assert!(unit.contains("IPAddressDeny=any") && unit.contains("IPAddressAllow=localhost"));
+}
+
+/// `systemd-analyze security` rates the unit at most 2.5.
+#[test]
+fn the_systemd_unit_is_tightly_confined() {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../deploy/lockscope.service");
+    let out = std::process::Command::new("systemd-analyze")
+        .args(["security", "--offline=yes"])
+        .arg(&path)
+        .output()
+        .expect("systemd-analyze (package systemd, installed by cargo xtask setup)");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let level: f64 = text
+        .lines()
+        .find_map(|l| l.split("exposure level for lockscope.service: ").nth(1))
+        .and_then(|r| r.split_whitespace().next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no exposure level in:\n{text}"));
+    assert!(level <= 2.5, "exposure {level}:\n{text}");
+}

@@ -841,6 +841,8 @@ fn serve_runs_with_only_the_systemd_units_capabilities() {
         Command::new("setpriv")
             .arg(format!("--bounding-set=-all,{}", caps.join(",")))
             .arg("--inh-caps=-all")
+            // NoNewPrivileges=yes in the unit.
+            .arg("--no-new-privs")
             .arg(bin())
             .args([
                 "serve",
@@ -1104,4 +1106,112 @@ fn an_exited_process_leaves_no_futex_words_or_ptrace_waits_behind() {
         }
     }
     stop_serve(&mut serve, libc::SIGTERM, &log);
+}
+
+/// Hostile clients: 400 connections that send half a request line and stall, and 32 that
+/// ask for the snapshot and never read it. `/metrics` still answers at once, the stalled
+/// connections are closed after the header timeout, serve's memory stays small, and a
+/// connection past the cap is closed as soon as it is accepted.
+#[test]
+fn stalled_and_greedy_clients_do_not_take_serve_down() {
+    let _serial = serial();
+    let dir = scratch("serve-hostile");
+    let port = free_port();
+    let log = dir.join("serve.stderr");
+    let mut serve = start_serve(&["--listen", &format!("127.0.0.1:{port}")], &log);
+    wait_healthy(port, &mut serve, &log);
+    let mut stalled = Vec::new();
+    for _ in 0..400 {
+        let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        s.write_all(b"GET /metr").unwrap();
+        stalled.push(s);
+    }
+    let mut greedy = Vec::new();
+    for _ in 0..32 {
+        let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        s.write_all(b"GET /api/snapshot HTTP/1.1\r\nHost: x\r\n\r\n")
+            .unwrap();
+        greedy.push(s);
+    }
+    let t0 = Instant::now();
+    let (status, body) = http_get(port, "/metrics").unwrap();
+    let took = t0.elapsed();
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("lockscope_"), "{body}");
+    assert!(took < Duration::from_secs(2), "/metrics took {took:?}");
+    // Past the cap (512): 432 held, fill up to it, then one more is closed at once.
+    let mut filler = Vec::new();
+    for _ in 0..(512 - 432) {
+        filler.push(TcpStream::connect(("127.0.0.1", port)).unwrap());
+    }
+    thread::sleep(Duration::from_millis(300));
+    let mut over = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    over.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut buf = [0u8; 16];
+    let t1 = Instant::now();
+    let r = over.read(&mut buf);
+    assert!(
+        matches!(r, Ok(0) | Err(_)) && t1.elapsed() < Duration::from_secs(3),
+        "a connection past the cap was kept: {r:?} after {:?}",
+        t1.elapsed()
+    );
+    let rss_kib = std::fs::read_to_string(format!("/proc/{}/status", serve.0.id()))
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
+        .unwrap();
+    assert!(rss_kib < 256 * 1024, "serve RSS {rss_kib} KiB");
+    // The stalled connections are closed by the header timeout (10 s), well within 40 s.
+    let deadline = Instant::now() + Duration::from_secs(40);
+    let mut closed = 0;
+    for s in &mut stalled {
+        let left = deadline.saturating_duration_since(Instant::now());
+        s.set_read_timeout(Some(left.max(Duration::from_millis(10))))
+            .unwrap();
+        // Whatever serve sends first (a 408 or nothing), the connection must end.
+        let ended = loop {
+            match s.read(&mut buf) {
+                Ok(0) => break true,
+                Ok(_) => continue,
+                Err(e) => {
+                    break !matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    );
+                }
+            }
+        };
+        if ended && Instant::now() < deadline {
+            closed += 1;
+        }
+    }
+    assert!(closed * 100 >= 95 * stalled.len(), "{closed} of 400 closed");
+    // And serve still answers.
+    assert_eq!(http_get(port, "/healthz").unwrap().0, 200);
+    drop((greedy, filler));
+    stop_serve(&mut serve, libc::SIGTERM, &log);
+}
+
+/// Serving off loopback is allowed, with a warning saying what it exposes.
+#[test]
+fn serving_off_loopback_warns() {
+    let _serial = serial();
+    let dir = scratch("serve-wide");
+    let port = free_port();
+    let log = dir.join("serve.stderr");
+    let mut serve = start_serve(&["--listen", &format!("0.0.0.0:{port}")], &log);
+    wait_healthy(port, &mut serve, &log);
+    let text = stop_serve(&mut serve, libc::SIGTERM, &log);
+    assert!(
+        text.contains(&format!(
+            "lockscope: warning: serving on 0.0.0.0:{port} over plain HTTP without authentication"
+        )),
+        "{text}"
+    );
+    // The default, loopback, says nothing of the kind.
+    let port = free_port();
+    let mut serve = start_serve(&["--listen", &format!("127.0.0.1:{port}")], &log);
+    wait_healthy(port, &mut serve, &log);
+    assert!(!stop_serve(&mut serve, libc::SIGTERM, &log).contains("warning: serving"));
 }

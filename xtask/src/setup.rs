@@ -37,6 +37,8 @@ pub const DEBIAN_PACKAGES: &[&str] = &[
     // Real-time view tests: cyclictest's RT threads next to a ptrace load.
     "rt-tests",
     "stress-ng",
+    // `systemd-analyze security`: the deploy test rates the systemd unit's confinement.
+    "systemd",
 ];
 
 /// Toolchain that builds the eBPF crate (`-Z build-std` needs nightly).

@@ -39,6 +39,9 @@ use crate::{
 struct Published {
     metrics: String,
     recording: Arc<Recording>,
+    /// `/api/snapshot`'s body for this recording: rendered by the first request after a
+    /// map read, shared by every later one.
+    snapshot_json: Arc<std::sync::OnceLock<Result<axum::body::Bytes, String>>>,
     last_ok: Instant,
     last_error: Option<String>,
     interval: Duration,
@@ -80,6 +83,14 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let listener = std::net::TcpListener::bind(settings.listen)
         .with_context(|| format!("cannot listen on {}", settings.listen))?;
     listener.set_nonblocking(true)?;
+    if !settings.listen.ip().is_loopback() {
+        eprintln!(
+            "lockscope: warning: serving on {} over plain HTTP without authentication: \
+             whoever reaches it reads every traced process's name and pid and kernel \
+             addresses; listen on 127.0.0.1 (the default) or put access control in front",
+            settings.listen
+        );
+    }
 
     let mut session = Session::start(
         // The probe groups pick the types: without a futex type the futex probes stay
@@ -122,6 +133,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let shared: Shared = Arc::new(Mutex::new(Published {
         metrics: first.0,
         recording: Arc::new(first.1),
+        snapshot_json: Arc::default(),
         last_ok: Instant::now(),
         last_error: None,
         interval: settings.interval,
@@ -160,6 +172,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
                     Ok((metrics, rec)) => {
                         p.metrics = metrics;
                         p.recording = Arc::new(rec);
+                        p.snapshot_json = Arc::default();
                         p.last_ok = Instant::now();
                         p.last_error = None;
                     }
@@ -253,6 +266,17 @@ fn program_runs(session: &Session) -> Vec<ProgramRuns> {
     out
 }
 
+/// At most this many connections at once; one more is closed as soon as it is accepted.
+pub const MAX_CONNECTIONS: usize = 512;
+/// A client must send its request headers within this time of connecting (or of its
+/// previous response), else the connection is closed.
+pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// No connection lives longer, whatever it does (a reader that stopped reading a large
+/// response, an idle keep-alive): Prometheus reconnects for its next scrape.
+pub const CONNECTION_LIFETIME: Duration = Duration::from_secs(60);
+/// Request line and headers larger than this are refused (hyper's minimum is 8 KiB).
+pub const MAX_REQUEST_BYTES: usize = 16 * 1024;
+
 fn serve_http(
     listener: std::net::TcpListener,
     shared: Shared,
@@ -271,6 +295,7 @@ fn serve_http(
             };
             let _ = stop.send(Stop::Signal(name));
         };
+        tokio::pin!(shutdown);
         let app = Router::new()
             .route("/metrics", get(metrics))
             .route("/healthz", get(healthz))
@@ -278,10 +303,35 @@ fn serve_http(
             .route("/", get(index))
             .fallback(not_found)
             .with_state(shared);
-        axum::serve(listener, app)
-            .with_graceful_shutdown(shutdown)
-            .await
-            .context("HTTP server")
+        let permits = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
+        loop {
+            let (socket, _) = tokio::select! {
+                _ = &mut shutdown => return Ok(()),
+                accepted = listener.accept() => match accepted {
+                    Ok(a) => a,
+                    // Out of descriptors or an aborted handshake: let the system breathe.
+                    Err(_) => {
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                        continue;
+                    }
+                },
+            };
+            // Over the cap: closed at once (the client sees the connection end).
+            let Ok(permit) = permits.clone().try_acquire_owned() else {
+                drop(socket);
+                continue;
+            };
+            let service = hyper_util::service::TowerToHyperService::new(app.clone());
+            tokio::spawn(async move {
+                let conn = hyper::server::conn::http1::Builder::new()
+                    .timer(hyper_util::rt::TokioTimer::new())
+                    .header_read_timeout(HEADER_READ_TIMEOUT)
+                    .max_buf_size(MAX_REQUEST_BYTES)
+                    .serve_connection(hyper_util::rt::TokioIo::new(socket), service);
+                let _ = tokio::time::timeout(CONNECTION_LIFETIME, conn).await;
+                drop(permit);
+            });
+        }
     })
 }
 
@@ -315,13 +365,17 @@ async fn metrics(State(shared): State<Shared>) -> Response {
 }
 
 async fn snapshot(State(shared): State<Shared>) -> Response {
-    let rec = shared
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .recording
-        .clone();
-    match serde_json::to_vec(&*rec) {
-        Ok(body) => ([(header::CONTENT_TYPE, "application/json")], body).into_response(),
+    let (rec, body) = {
+        let p = shared.lock().unwrap_or_else(|e| e.into_inner());
+        (p.recording.clone(), p.snapshot_json.clone())
+    };
+    let body = body.get_or_init(|| {
+        serde_json::to_vec(&*rec)
+            .map(axum::body::Bytes::from)
+            .map_err(|e| e.to_string())
+    });
+    match body {
+        Ok(b) => ([(header::CONTENT_TYPE, "application/json")], b.clone()).into_response(),
         Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")).into_response(),
     }
 }
