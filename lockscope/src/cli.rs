@@ -60,6 +60,21 @@ pub enum Command {
     /// Built-in contention generators, to try lockscope or benchmark with.
     #[command(subcommand)]
     Workload(Workload),
+    /// Print a shell completion script.
+    ///
+    /// Examples:
+    ///   lockscope completions bash > /etc/bash_completion.d/lockscope
+    ///   lockscope completions zsh > "${fpath[1]}/_lockscope"
+    ///   lockscope completions fish > ~/.config/fish/completions/lockscope.fish
+    #[command(verbatim_doc_comment)]
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print the manual page (roff), made from these help texts.
+    ///
+    /// Example: lockscope man > /usr/local/share/man/man1/lockscope.1
+    Man,
     /// Run as a daemon: trace continuously and serve Prometheus metrics over HTTP.
     ///
     /// Serves /metrics (Prometheus text format), /healthz, and /api/snapshot (everything

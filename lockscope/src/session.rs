@@ -340,6 +340,10 @@ impl Session {
         self.fill_pthread(&mut raw.futex.pthread);
         let mut lost = lost_counts(&raw.counters);
         lost.insert("stats_evicted".to_owned(), stats_evicted(&raw));
+        lost.insert(
+            "recursion_misses".to_owned(),
+            crate::source::read_recursion_misses(self.probes.ebpf()),
+        );
         let plan = LockPlan::new(&raw, self.detail);
         let mut texts = self.stack_texts.borrow_mut();
         // Only the stacks of kept callers not symbolized before are read from the map.

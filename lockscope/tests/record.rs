@@ -154,8 +154,8 @@ fn mmap_churn_contends_its_mmap_lock_for_read_and_write() {
     // the probe (a re-entered program is skipped) may be missed, and rarely.
     for (reason, n) in rec["lost"].as_object().unwrap() {
         let n = n.as_u64().unwrap();
-        if reason == "end_missed" {
-            assert!(n * 1000 <= total, "end_missed {n} of {total}");
+        if reason == "end_missed" || reason == "recursion_misses" {
+            assert!(n * 1000 <= total, "{reason} {n} of {total}");
         } else {
             assert_eq!(n, 0, "lost {reason}: {}", rec["lost"]);
         }

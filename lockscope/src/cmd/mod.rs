@@ -21,6 +21,24 @@ pub fn run(command: Command) -> anyhow::Result<ExitCode> {
         Command::Top(args) => top::run(args),
         Command::Serve(args) => serve::run(args),
         Command::Workload(w) => crate::workload::run(&w).map(|()| ExitCode::SUCCESS),
+        Command::Completions { shell } => {
+            use clap::CommandFactory as _;
+            clap_complete::generate(
+                shell,
+                &mut crate::cli::Cli::command(),
+                "lockscope",
+                &mut std::io::stdout(),
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Man => {
+            use clap::CommandFactory as _;
+            match clap_mangen::Man::new(crate::cli::Cli::command()).render(&mut std::io::stdout()) {
+                // `lockscope man | head`: the reader had enough.
+                Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e.into()),
+                _ => Ok(ExitCode::SUCCESS),
+            }
+        }
     }
 }
 

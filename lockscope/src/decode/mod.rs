@@ -271,6 +271,14 @@ impl LockOwner {
 }
 
 /// A kernel `comm` (NUL-padded, at most 16 bytes) as text.
+/// A numeric field of `/proc/PID/fdinfo/FD` text (`name:\tvalue` lines).
+pub fn fdinfo_field(text: &str, name: &str) -> Option<u64> {
+    text.lines().find_map(|l| {
+        let (k, v) = l.split_once(':')?;
+        (k.trim() == name).then(|| v.trim().parse().ok()).flatten()
+    })
+}
+
 pub fn comm_to_string(comm: &[u8]) -> String {
     let end = comm.iter().position(|&b| b == 0).unwrap_or(comm.len());
     String::from_utf8_lossy(&comm[..end]).into_owned()
@@ -279,6 +287,19 @@ pub fn comm_to_string(comm: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn fdinfo_fields_parse() {
+        let text = "pos:\t0\nflags:\t02000002\nprog_type:\t26\nrun_time_ns:\t1234\n\
+                    run_cnt:\t9\nrecursion_misses:\t3\nverified_insns:\t77\n";
+        assert_eq!(fdinfo_field(text, "recursion_misses"), Some(3));
+        assert_eq!(fdinfo_field(text, "run_cnt"), Some(9));
+        assert_eq!(fdinfo_field(text, "missing"), None);
+        assert_eq!(
+            fdinfo_field("recursion_misses:\tx\n", "recursion_misses"),
+            None
+        );
+    }
 
     #[test]
     fn flags_round_trip_for_every_type() {

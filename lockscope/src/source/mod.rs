@@ -37,6 +37,20 @@ pub fn read_counters(ebpf: &Ebpf) -> anyhow::Result<[u64; COUNTERS_LEN as usize]
     Ok(out)
 }
 
+/// Runs of lockscope's programs the kernel skipped because one was already running on
+/// that CPU (an interrupt re-entering a probe): each is an event lost. Summed from each
+/// loaded program's `/proc/self/fdinfo` (`recursion_misses`, Linux 5.12+; 0 before).
+pub fn read_recursion_misses(ebpf: &Ebpf) -> u64 {
+    use std::os::fd::{AsFd as _, AsRawFd as _};
+    ebpf.programs()
+        .filter_map(|(_, p)| {
+            let fd = p.fd().ok()?.as_fd().as_raw_fd();
+            let text = std::fs::read_to_string(format!("/proc/self/fdinfo/{fd}")).ok()?;
+            crate::decode::fdinfo_field(&text, "recursion_misses")
+        })
+        .sum()
+}
+
 /// Cumulative (contended, wait) per (lock, type), summed over stacks, tasks and CPUs.
 pub fn read_lock_totals(ebpf: &Ebpf) -> anyhow::Result<Vec<LockTotals>> {
     let stats: PerCpuHashMap<&MapData, ContentionKey, ContentionStats> = PerCpuHashMap::try_from(

@@ -190,7 +190,9 @@ pub const END_MISSED_ALLOWED: u64 = 10;
 pub fn assert_nothing_lost(lost: &Value) {
     for (k, v) in lost.as_object().expect("a `lost` object") {
         let n = v.as_u64().unwrap_or_else(|| panic!("lost.{k} = {v}"));
-        if k == "end_missed" {
+        // Both count the kernel skipping a program re-entered on its CPU (an interrupt in
+        // the middle of one): rare, and not lockscope's to prevent.
+        if k == "end_missed" || k == "recursion_misses" {
             assert!(n <= END_MISSED_ALLOWED, "lost {k}: {lost:#}");
         } else {
             assert_eq!(n, 0, "lost {k}: {lost:#}");
