@@ -124,6 +124,9 @@ pub struct RecordArgs {
     /// Also write the waiters' folded stacks (wait ns; see `report --format folded`).
     #[arg(long, value_name = "FILE")]
     pub folded: Option<PathBuf>,
+    /// Also write a gzipped pprof profile (see `report --format pprof`).
+    #[arg(long, value_name = "FILE")]
+    pub pprof: Option<PathBuf>,
     /// Kernel stack walks allowed per CPU per second (0: walk every wait). A wait past the
     /// budget still counts exactly for its lock, task and type; callers are then the
     /// figures of the waits whose stack was walked (the report says what share).

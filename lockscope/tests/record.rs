@@ -426,3 +426,64 @@ fn without_syscall_tracepoints_kernel_locks_are_recorded_with_a_note() {
         String::from_utf8_lossy(&out.stdout)
     );
 }
+
+/// `--pprof` (and `report --format pprof`): a real `go tool pprof` reads the profile, and
+/// its samples add up to the recording's contentions and wait time.
+#[test]
+fn go_tool_pprof_reads_the_profile_and_its_totals_match() {
+    let _serial = serial();
+    let dir = scratch("record-pprof");
+    let (file, prof) = (dir.join("f.json"), dir.join("f.pb.gz"));
+    run_ok(
+        lockscope()
+            .args(["record", "-n", "0", "-o"])
+            .arg(&file)
+            .arg("--pprof")
+            .arg(&prof)
+            .args(["--", bin(), "workload", "mmap-churn", "--seconds", "2"]),
+    );
+    let rec = read_json(&file);
+    let locks = rec["locks"].as_array().unwrap();
+    let want_n: u64 = locks.iter().map(|l| stat(l, "contended")).sum();
+    let want_ns: u64 = locks.iter().map(|l| stat(l, "wait_total_ns")).sum();
+    let go = |args: &[&str], path: &std::path::Path| {
+        let out = Command::new("go")
+            .args(["tool", "pprof"])
+            .args(args)
+            .arg(path)
+            .env("HOME", &dir)
+            .output()
+            .expect("go (golang-go, installed by cargo xtask setup)");
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    // `-raw`: one `contentions delay: location ids` line per sample.
+    let raw = go(&["-raw"], &prof);
+    assert!(raw.contains("contentions/count delay/nanoseconds"), "{raw}");
+    let (mut n, mut ns) = (0u64, 0u64);
+    for line in raw.lines() {
+        let Some((vals, _)) = line.split_once(':') else {
+            continue;
+        };
+        let v: Vec<u64> = vals
+            .split_whitespace()
+            .map_while(|x| x.parse().ok())
+            .collect();
+        if v.len() == 2 && vals.split_whitespace().count() == 2 {
+            n += v[0];
+            ns += v[1];
+        }
+    }
+    assert_eq!((n, ns), (want_n, want_ns), "{raw}");
+    let top = go(&["-top", "-sample_index=delay"], &prof);
+    assert!(top.contains("mmap_lock of lockscope["), "{top}");
+    // The same profile from the file.
+    let again = dir.join("again.pb.gz");
+    run_ok(
+        lockscope()
+            .args(["report", "--format", "pprof", "-o"])
+            .arg(&again)
+            .arg(&file),
+    );
+    assert_eq!(go(&["-raw"], &again).lines().count(), raw.lines().count());
+}

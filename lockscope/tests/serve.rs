@@ -748,6 +748,33 @@ fn sigint_detaches_and_exits_zero() {
     );
     let rec = api_snapshot(port);
     assert_eq!(rec["target"], "pid 1");
+    // The pull endpoint of continuous profilers: a gzipped pprof profile go can read.
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    write!(
+        s,
+        "GET /debug/pprof/lockscope HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).unwrap();
+    let at = raw.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+    assert!(
+        raw.starts_with(b"HTTP/1.1 200"),
+        "{}",
+        String::from_utf8_lossy(&raw)
+    );
+    let prof = dir.join("serve.pb.gz");
+    std::fs::write(&prof, &raw[at..]).unwrap();
+    let out = Command::new("go")
+        .args(["tool", "pprof", "-raw"])
+        .arg(&prof)
+        .env("HOME", &dir)
+        .output()
+        .expect("go (golang-go, installed by cargo xtask setup)");
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("contentions/count delay/nanoseconds"),
+        "{out:?}"
+    );
 
     stop_serve(&mut serve, libc::SIGINT, &log);
     let left: Vec<_> = ours.intersection(&loaded_bpf_ids()).cloned().collect();

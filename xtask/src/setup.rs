@@ -39,6 +39,8 @@ pub const DEBIAN_PACKAGES: &[&str] = &[
     "stress-ng",
     // `systemd-analyze security`: the deploy test rates the systemd unit's confinement.
     "systemd",
+    // `go tool pprof` reads lockscope's pprof export in the tests.
+    "golang-go",
 ];
 
 /// Toolchain that builds the eBPF crate (`-Z build-std` needs nightly).

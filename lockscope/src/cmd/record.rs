@@ -131,6 +131,11 @@ pub fn run(args: RecordArgs) -> anyhow::Result<ExitCode> {
         let text = serde_json::to_string_pretty(&rec)? + "\n";
         std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))?;
     }
+    if let Some(path) = &args.pprof {
+        std::fs::write(path, crate::sink::pprof::pprof_gz(&rec)?)
+            .with_context(|| format!("writing {}", path.display()))?;
+        eprintln!("lockscope: pprof profile written to {}", path.display());
+    }
     if let Some(path) = &args.folded {
         let text = crate::sink::folded::folded(&rec, crate::sink::folded::Weight::Wait);
         std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))?;
@@ -179,7 +184,13 @@ fn validate(args: &RecordArgs) -> anyhow::Result<Target> {
             bail!("no process with pid {pid}");
         }
     }
-    for out in args.output.iter().chain(&args.html).chain(&args.folded) {
+    for out in args
+        .output
+        .iter()
+        .chain(&args.html)
+        .chain(&args.folded)
+        .chain(&args.pprof)
+    {
         let dir = out.parent().filter(|p| !p.as_os_str().is_empty());
         if let Some(dir) = dir
             && !dir.is_dir()

@@ -10,6 +10,16 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitCode> {
     let text = std::fs::read_to_string(&args.file)
         .with_context(|| format!("cannot read {}", args.file.display()))?;
     let rec = Recording::from_json(&text).with_context(|| format!("{}", args.file.display()))?;
+    if args.view.format == crate::sink::report::Format::Pprof {
+        let Some(path) = &args.output else {
+            anyhow::bail!(
+                "the pprof format is binary: write it with -o FILE (e.g. lockscope.pb.gz)"
+            );
+        };
+        std::fs::write(path, crate::sink::pprof::pprof_gz(&rec)?)
+            .with_context(|| format!("cannot write {}", path.display()))?;
+        return Ok(ExitCode::SUCCESS);
+    }
     let text = render(&rec, &args.view.report_options())?;
     match &args.output {
         Some(path) => std::fs::write(path, text)

@@ -300,6 +300,7 @@ fn serve_http(
             .route("/metrics", get(metrics))
             .route("/healthz", get(healthz))
             .route("/api/snapshot", get(snapshot))
+            .route("/debug/pprof/lockscope", get(pprof))
             .route("/", get(index))
             .fallback(not_found)
             .with_state(shared);
@@ -338,7 +339,8 @@ fn serve_http(
 const INDEX: &str = "lockscope serve\n\n\
     /metrics        Prometheus metrics (text format)\n\
     /healthz        200 when the probe maps were read recently\n\
-    /api/snapshot   the recording so far, JSON (schema lockscope.report/2)\n";
+    /api/snapshot   the recording so far, JSON (schema lockscope.report/2)\n\
+    /debug/pprof/lockscope  the recording so far as a gzipped pprof profile\n";
 
 async fn index() -> &'static str {
     INDEX
@@ -377,6 +379,20 @@ async fn snapshot(State(shared): State<Shared>) -> Response {
     match body {
         Ok(b) => ([(header::CONTENT_TYPE, "application/json")], b.clone()).into_response(),
         Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")).into_response(),
+    }
+}
+
+/// The recording so far as a gzipped pprof profile (the pull model of continuous
+/// profilers such as Pyroscope and Parca).
+async fn pprof(State(shared): State<Shared>) -> Response {
+    let rec = shared
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .recording
+        .clone();
+    match crate::sink::pprof::pprof_gz(&rec) {
+        Ok(body) => ([(header::CONTENT_TYPE, "application/octet-stream")], body).into_response(),
+        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, format!("{e:#}\n")).into_response(),
     }
 }
 

@@ -22,6 +22,9 @@ pub enum Format {
     Html,
     /// Folded stacks (`frame;...;lock value`) for inferno, flamegraph.pl, speedscope.
     Folded,
+    /// Gzipped pprof profile.proto (contentions/count, delay/nanoseconds) for go tool
+    /// pprof, Pyroscope, Parca, Grafana (binary: use with -o).
+    Pprof,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -52,6 +55,7 @@ pub fn render(rec: &Recording, opts: &ReportOptions) -> anyhow::Result<String> {
         Format::Json => return Ok(serde_json::to_string_pretty(rec)? + "\n"),
         Format::Html => return super::html::render_html(rec),
         Format::Folded => return Ok(super::folded::folded(rec, opts.weight)),
+        Format::Pprof => anyhow::bail!("the pprof format is binary: write it with -o FILE"),
         _ => {}
     }
     let mut r = rows(rec, opts.by);
