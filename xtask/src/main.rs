@@ -4,6 +4,7 @@
 //! `cargo run --quiet --package xtask --`.
 
 mod bench;
+mod fuzz;
 mod setup;
 mod tasks;
 mod util;
@@ -71,7 +72,8 @@ enum Cmd {
            -Z build-std=core -- -D warnings\n  \
         4. cargo test --release [ARGS]   (default members; needs root)\n  \
         5. cargo xtask vm-test            (deep tier on 6.1, 6.12, 6.12-rt; --no-vm skips)\n  \
-        6. cargo xtask bench --quick      (the benchmark runs end to end; --no-bench skips)\n\n\
+        6. cargo xtask bench --quick      (the benchmark runs end to end; --no-bench skips)\n  \
+        7. cargo xtask fuzz --seconds 15  (each fuzz target briefly; --no-fuzz skips)\n\n\
         The integration tests in lockscope/tests/ load eBPF programs, so the test \
         binaries must run as root: when not root they run through `sudo -E` (set as \
         cargo's target runner), so building still happens as you. Exits with the \
@@ -88,6 +90,10 @@ enum Cmd {
         /// Skip step 6, `bench --quick` (the benchmark harness end to end, ~3 minutes).
         #[arg(long)]
         no_bench: bool,
+
+        /// Skip step 7, `fuzz --seconds 15` (builds the fuzz targets with ASan first).
+        #[arg(long)]
+        no_fuzz: bool,
 
         /// Extra arguments for `cargo test`, after `--` (e.g. a test name filter;
         /// use `-- -- --nocapture` to reach the test binaries).
@@ -163,6 +169,20 @@ enum Cmd {
         #[arg(long, conflicts_with_all = ["soak", "runs"])]
         render: bool,
     },
+
+    /// Fuzz the recording reader and the `top --connect` snapshot path (cargo-fuzz).
+    #[command(
+        long_about = "Run each cargo-fuzz target in fuzz/ (recording: a recording \
+        file parsed, checked and rendered in every format; snapshot: a serve snapshot fed \
+        to the live view and drawn in every view) for --seconds, from the seeds in \
+        fuzz/seeds/. Installs cargo-fuzz when missing; needs the nightly toolchain \
+        (installed by setup). A crash fails with its input left in fuzz/artifacts/."
+    )]
+    Fuzz {
+        /// How long to run each target.
+        #[arg(long, value_name = "S", default_value_t = 60)]
+        seconds: u64,
+    },
 }
 
 fn main() {
@@ -175,6 +195,7 @@ fn main() {
             quick,
             no_vm,
             no_bench,
+            no_fuzz,
             test_args,
         } => tasks::test(quick, &test_args)
             .and_then(|()| if no_vm { Ok(()) } else { vm::vm_test(None) })
@@ -191,7 +212,9 @@ fn main() {
                         render: false,
                     })
                 }
-            }),
+            })
+            .and_then(|()| if no_fuzz { Ok(()) } else { fuzz::fuzz(15) }),
+        Cmd::Fuzz { seconds } => fuzz::fuzz(seconds),
         Cmd::VmTest { kernel } => vm::vm_test(Some(&kernel)),
         Cmd::Bench {
             quick,
