@@ -736,11 +736,12 @@ fn sigint_detaches_and_exits_zero() {
     );
     wait_healthy(port, &mut serve, &log);
     let ours = bpf_ids_of(serve.0.id());
-    // Contention begin/end, the fork follower for a pid target, the tracepoint-tier
-    // mmap_lock estimate probe where that tracepoint exists, and the pi_lock proxy with
-    // its task set (sched_wait_task, sched_process_fork, sched_process_free).
+    // Contention begin/end, the fork follower for a pid target, the name refresh at exec,
+    // the tracepoint-tier mmap_lock estimate probe where that tracepoint exists, and the
+    // pi_lock proxy with its task set (sched_wait_task, sched_process_fork,
+    // sched_process_free).
     let progs = ours.iter().filter(|(k, _)| k == "prog_id").count();
-    assert!((6..=7).contains(&progs), "{ours:?}");
+    assert!((7..=8).contains(&progs), "{ours:?}");
     let (_, text) = http_get(port, "/metrics").unwrap();
     assert!(
         text.contains("lockscope_probe_attached{probe=\"sched_process_fork\""),

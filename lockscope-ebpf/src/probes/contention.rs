@@ -186,6 +186,12 @@ fn drop_stale_waits(depth: &mut u32, now: u64) {
 /// A spinning wait older than this is taken for an orphan (see `drop_stale_waits`).
 const STALE_SPIN_NS: u64 = 50_000_000;
 
+/// Forget the recorded name of process `tgid` (it exec'ed: see `sched_process_exec`).
+#[inline(always)]
+pub fn forget_comm(tgid: u32) {
+    let _ = COMMS.remove(tgid);
+}
+
 #[inline(always)]
 fn remember_comm(cfg: &ProbeConfig) {
     let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;

@@ -57,6 +57,12 @@ static FUTEX_COMMS: LruHashMap<u32, [u8; 16]> = LruHashMap::with_max_entries(COM
 
 static EMPTY_FUTEX_STATS: FutexStats = FutexStats::EMPTY;
 
+/// Forget the recorded name of process `tgid` (it exec'ed: see `sched_process_exec`).
+#[inline(always)]
+pub fn forget_comm(tgid: u32) {
+    let _ = FUTEX_COMMS.remove(tgid);
+}
+
 /// Byte offsets of the fields after the common header in the syscall tracepoints
 /// (`/sys/kernel/tracing/events/syscalls/sys_enter_futex/format`): every argument is
 /// widened to 8 bytes, the first at 16; `ret` of every `sys_exit_*` is at 16.

@@ -10,6 +10,17 @@ use lockscope_common::{CNT_LOST_TARGET_FULL, FILTER_TGIDS};
 
 use crate::maps::{CONFIG, TARGETS, count};
 
+/// A process replaced its program: the name recorded at its first event (often its
+/// parent's, between fork and exec) is stale. Forget it, so that its next event records
+/// the new one. Exec is rare: nothing on any hot path.
+#[btf_tracepoint(function = "sched_process_exec")]
+pub fn sched_process_exec(_ctx: BtfTracePointContext) -> i32 {
+    let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
+    crate::probes::contention::forget_comm(tgid);
+    crate::probes::futex::forget_comm(tgid);
+    0
+}
+
 #[btf_tracepoint(function = "sched_process_fork")]
 pub fn sched_process_fork(ctx: BtfTracePointContext) -> i32 {
     let cfg = CONFIG.load();

@@ -239,6 +239,14 @@ impl Probes {
         for (prog, tp) in CONTENTION_PROGRAMS {
             probes.attach_tp_btf(prog, tp, &btf)?;
         }
+        // Process names refreshed at exec (a name recorded between fork and exec is the
+        // parent's). Without it names may be stale; nothing else is lost.
+        if let Err(e) = probes.attach_tp_btf("sched_process_exec", "sched_process_exec", &btf) {
+            probes.notes.push(format!(
+                "process names are not refreshed at exec (sched_process_exec: {e:#}): a \
+                 process may keep its parent's name"
+            ));
+        }
         if wants_futex(&opts.types) {
             // The unwinding thread first, with the targets' maps and the C library read,
             // so the first waits do not pile up in the ring buffer behind that work.

@@ -104,11 +104,12 @@ pub fn loaded_programs() -> Vec<(u64, String)> {
 }
 
 /// The probes' program names as the kernel shows them (truncated to 15 characters).
-const OUR_PROGRAMS: [&str; 5] = [
+const OUR_PROGRAMS: [&str; 6] = [
     "rt_",
     "contention_begi",
     "contention_end",
     "sched_process_f",
+    "sched_process_e",
     "futex_",
 ];
 
