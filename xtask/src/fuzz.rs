@@ -3,8 +3,6 @@
 //! Installs cargo-fuzz when missing. A crash fails the run and leaves its input in
 //! `fuzz/artifacts/TARGET/`, which `cargo +nightly fuzz run TARGET FILE` replays.
 
-use std::time::Duration;
-
 use anyhow::{Context, Result};
 
 use crate::util::{self, run};
@@ -29,7 +27,7 @@ pub fn fuzz(seconds: u64) -> Result<()> {
             let path = entry?.path();
             std::fs::copy(&path, corpus.join(path.file_name().unwrap()))?;
         }
-        println!("fuzz: {target} for {}", humantime(seconds));
+        println!("fuzz: {target} for {seconds} s");
         let mut cmd = util::cargo();
         cmd.current_dir(&fuzz_dir)
             // The probes are never loaded here: skip building them for the fuzz target.
@@ -44,10 +42,6 @@ pub fn fuzz(seconds: u64) -> Result<()> {
         })?;
     }
     Ok(())
-}
-
-fn humantime(s: u64) -> String {
-    format!("{:?}", Duration::from_secs(s))
 }
 
 fn ensure_cargo_fuzz() -> Result<()> {

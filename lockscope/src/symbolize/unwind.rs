@@ -23,7 +23,7 @@ use framehop::{
 use lockscope_common::{PTHREAD_FN_NAMES, PthreadWaitEvent};
 use object::{Object as _, ObjectSection as _, ObjectSegment as _, ObjectSymbol as _};
 
-use crate::decode::procmaps::{Mapping, is_libc, parse_maps};
+use crate::decode::procmaps::{is_libc, parse_maps};
 
 /// Section bytes shared by every process that maps the file.
 #[derive(Clone, Default)]
@@ -146,8 +146,7 @@ struct Mapped {
     avma: Range<u64>,
     /// avma = svma + bias.
     bias: u64,
-    libc: bool,
-    /// Parsed for C libraries only.
+    /// The parsed file, for C libraries only (`None`: another file).
     file: Option<Arc<ElfFile>>,
 }
 
@@ -225,13 +224,13 @@ impl StackUnwinder {
         let _ = self.load_path(path);
     }
 
-    fn load_file(&mut self, tgid: u32, m: &Mapping) -> Option<Arc<ElfFile>> {
-        // Called for C libraries only.
-        let via_root = format!("/proc/{tgid}/root{}", m.path);
+    /// A C library as process `tgid` maps it (through its root, for containers).
+    fn load_file(&mut self, tgid: u32, mapped_path: &str) -> Option<Arc<ElfFile>> {
+        let via_root = format!("/proc/{tgid}/root{mapped_path}");
         let path = if std::path::Path::new(&via_root).exists() {
             via_root
         } else {
-            m.path.clone()
+            mapped_path.to_owned()
         };
         self.load_path(std::path::Path::new(&path))
     }
@@ -273,7 +272,6 @@ impl StackUnwinder {
             // walk, so other files need no parsing, just their address ranges.
             if !is_libc(&path) {
                 mapped.push(Mapped {
-                    libc: false,
                     path,
                     avma,
                     bias: 0,
@@ -281,13 +279,7 @@ impl StackUnwinder {
                 });
                 continue;
             }
-            let probe = Mapping {
-                start: avma.start,
-                end: avma.end,
-                offset: 0,
-                path: path.clone(),
-            };
-            let Some(file) = self.load_file(tgid, &probe) else {
+            let Some(file) = self.load_file(tgid, &path) else {
                 continue;
             };
             // avma of file offset 0 minus its svma.
@@ -305,7 +297,6 @@ impl StackUnwinder {
             };
             unwinder.add_module(Module::new(path.clone(), avma.clone(), bias, info));
             mapped.push(Mapped {
-                libc: true,
                 path,
                 avma,
                 bias,
@@ -334,7 +325,7 @@ impl StackUnwinder {
     pub fn libraries(&self) -> Vec<String> {
         let mut out: Vec<String> = Vec::new();
         for p in self.processes.values() {
-            for m in p.mapped.iter().filter(|m| m.libc) {
+            for m in p.mapped.iter().filter(|m| m.file.is_some()) {
                 if !out.contains(&m.path) {
                     out.push(m.path.clone());
                 }
