@@ -87,7 +87,7 @@ impl WaitStats {
     }
 
     pub fn hist_total(&self) -> u64 {
-        self.hist.iter().sum()
+        self.hist.iter().fold(0u64, |a, &b| a.saturating_add(b))
     }
 
     /// Estimated `p`-th percentile (0 < p <= 100) of wait time, from the log2 histogram:
@@ -104,15 +104,16 @@ impl WaitStats {
             if n == 0 {
                 continue;
             }
-            if seen + n >= rank {
+            if seen.saturating_add(n) >= rank {
                 let lo = bucket_lower_ns(i).max(self.min_ns);
                 // Last value inside the bucket (its upper bound is exclusive).
                 let hi = (bucket_upper_ns(i) - 1).min(self.max_ns).max(lo);
                 let frac = (rank - seen) as f64 / n as f64;
                 let v = lo as f64 + frac * (hi - lo) as f64;
-                return (v as u64).clamp(self.min_ns, self.max_ns);
+                // Never a panic on a file whose min exceeds its max: max wins.
+                return (v as u64).max(self.min_ns).min(self.max_ns);
             }
-            seen += n;
+            seen = seen.saturating_add(n);
         }
         self.max_ns
     }
