@@ -3,14 +3,15 @@
 use aya_ebpf::{
     Global,
     helpers::{
-        bpf_get_current_ancestor_cgroup_id, bpf_get_current_comm, bpf_get_current_pid_tgid,
-        bpf_get_current_task, bpf_probe_read_kernel,
+        bpf_get_current_ancestor_cgroup_id, bpf_get_current_cgroup_id, bpf_get_current_comm,
+        bpf_get_current_pid_tgid, bpf_get_current_task, bpf_probe_read_kernel,
     },
     macros::map,
-    maps::{HashMap, PerCpuArray},
+    maps::{HashMap, LruHashMap, PerCpuArray},
 };
 use lockscope_common::{
-    COUNTERS_LEN, FILTER_ALL, FILTER_CGROUP, FILTER_TGIDS, ProbeConfig, TARGETS_MAX_ENTRIES,
+    COMMS_MAX_ENTRIES, COUNTERS_LEN, FILTER_ALL, FILTER_CGROUP, FILTER_TGIDS, ProbeConfig,
+    TARGETS_MAX_ENTRIES,
 };
 
 /// Set by the loader: filter, type mask and kernel struct offsets from BTF.
@@ -41,6 +42,20 @@ pub static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(COUNTERS_L
 /// Processes to record in `FILTER_TGIDS` mode.
 #[map]
 pub static TARGETS: HashMap<u32, u8> = HashMap::with_max_entries(TARGETS_MAX_ENTRIES, 0);
+
+/// The cgroup (v2 id) of each process seen waiting, written with its name in `COMMS` or
+/// `FUTEX_COMMS` (so: once per process, off the common path) and forgotten when the
+/// process execs or moves to another cgroup (see `probes::sched`).
+#[map]
+pub static TASK_CGROUPS: LruHashMap<u32, u64> = LruHashMap::with_max_entries(COMMS_MAX_ENTRIES, 0);
+
+/// Record the current task's cgroup for its process `tgid`.
+#[inline(always)]
+pub fn remember_cgroup(tgid: u32) {
+    // SAFETY: a helper without arguments that reads the current task.
+    let id = unsafe { bpf_get_current_cgroup_id() };
+    let _ = TASK_CGROUPS.insert(tgid, id, 0);
+}
 
 /// The current process's name: its thread group leader's `comm` (thread names differ).
 #[inline(always)]

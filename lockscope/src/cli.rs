@@ -92,7 +92,7 @@ pub enum Command {
 
 #[derive(Debug, Args)]
 pub struct ViewArgs {
-    /// Group rows by lock, calling function, waiting process or lock type.
+    /// Group rows by lock, calling function, waiting process, lock type or cgroup.
     #[arg(long, value_enum, default_value_t = GroupBy::Lock)]
     pub by: GroupBy,
     /// Sort rows by this column (numbers: largest first).

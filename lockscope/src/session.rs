@@ -12,7 +12,7 @@ use lockscope_common::COUNTERS_LEN;
 use crate::{
     aggregate::timeline::LockTotals,
     aggregate::{
-        Recording,
+        Recording, cgroup,
         correlate::{cyclictest_spikes, parse_cyclictest},
         futex::{FutexEvents, futex_type_filtered},
         pi_lock::{RtInput, RtSummary, apply_wait_task, build_rt_view, rt_lost},
@@ -33,7 +33,7 @@ use crate::{
         read_counters, read_lock_totals, read_snapshot, read_stacks,
         rt::{RtDrain, read_open_bursts, read_rt_counters, read_wait_task},
     },
-    symbolize::{KernelNames, user::UserNames},
+    symbolize::{KernelNames, cgroup::CgroupNames, user::UserNames},
 };
 
 /// Give the memory a map read freed back to the system. A read's transient buffers are
@@ -201,6 +201,8 @@ pub struct Session {
     forgotten: std::cell::Cell<Forgotten>,
     /// User call sites of pthread locks: process maps kept past the processes' exits.
     user_names: UserNames,
+    /// Cgroup ids -> paths, kept so a removed cgroup keeps its name.
+    cgroup_names: std::cell::RefCell<CgroupNames>,
     /// The real-time probes' ring buffer and what was drained from it.
     rt: Option<Mutex<RtDrain>>,
     /// CLOCK_MONOTONIC (the probes' clock) when `start` was taken.
@@ -257,6 +259,7 @@ impl Session {
             exits: Default::default(),
             forgotten: Default::default(),
             user_names,
+            cgroup_names: Default::default(),
         })
     }
 
@@ -388,6 +391,19 @@ impl Session {
             deep.hook_tiers(),
             deep.rt.then(|| RT_NOTE.to_owned()),
         );
+        let tgids: BTreeSet<u32> = raw
+            .stats
+            .iter()
+            .map(|(k, _)| k.tgid)
+            .chain(locks.iter().flat_map(|l| l.tasks.iter().map(|t| t.pid)))
+            .chain(locks.iter().filter_map(|l| l.user.as_ref().map(|u| u.pid)))
+            .collect();
+        let cgroup_of = self
+            .cgroup_names
+            .borrow_mut()
+            .processes(tgids, &raw.cgroups);
+        cgroup::label_tasks(&mut locks, &cgroup_of);
+        let cgroups = cgroup::summarize(&raw, &locks, &cgroup_of);
         Ok(Recording {
             schema: SCHEMA.to_owned(),
             lockscope_version: env!("CARGO_PKG_VERSION").to_owned(),
@@ -414,6 +430,7 @@ impl Session {
             latency_spikes,
             rt_summary,
             spin: Some(spin_summary),
+            cgroups: Some(cgroups),
         })
     }
 

@@ -22,7 +22,9 @@ use aya_ebpf::{
 };
 use lockscope_common::*;
 
-use crate::maps::{CONFIG, count, count_n, current_is_target, current_process_comm};
+use crate::maps::{
+    CONFIG, count, count_n, current_is_target, current_process_comm, remember_cgroup,
+};
 
 /// Finished waits, aggregated. LRU: an always-on daemon meets ever new (lock, stack,
 /// process) keys; the least recently updated make room, counted (`CNT_STATS_CREATED`).
@@ -198,6 +200,7 @@ fn remember_comm(cfg: &ProbeConfig) {
     if unsafe { COMMS.get(tgid) }.is_none() {
         let comm = current_process_comm(cfg);
         let _ = COMMS.insert(tgid, comm, BPF_NOEXIST as u64);
+        remember_cgroup(tgid);
     }
 }
 

@@ -359,6 +359,7 @@ fn account(call: &FutexCall, ret: i64, now: u64, unpaired: bool) {
         if unsafe { FUTEX_COMMS.get(call.tgid) }.is_none() {
             let cfg = CONFIG.load();
             let _ = FUTEX_COMMS.insert(call.tgid, current_process_comm(&cfg), 0);
+            crate::maps::remember_cgroup(call.tgid);
         }
     }
     let Some(s) = stats else {

@@ -8,7 +8,7 @@ use aya_ebpf::{
 };
 use lockscope_common::{CNT_LOST_TARGET_FULL, FILTER_TGIDS};
 
-use crate::maps::{CONFIG, TARGETS, count};
+use crate::maps::{CONFIG, TARGETS, TASK_CGROUPS, count};
 
 /// A process replaced its program: the name recorded at its first event (often its
 /// parent's, between fork and exec) is stale. Forget it, so that its next event records
@@ -18,6 +18,25 @@ pub fn sched_process_exec(_ctx: BtfTracePointContext) -> i32 {
     let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
     crate::probes::contention::forget_comm(tgid);
     crate::probes::futex::forget_comm(tgid);
+    let _ = TASK_CGROUPS.remove(tgid);
+    0
+}
+
+/// A process (`threadgroup`) or thread moved to another cgroup: forget its names and
+/// cgroup, so that its next wait records where it is now. Rare, like exec.
+#[btf_tracepoint(function = "cgroup_attach_task")]
+pub fn cgroup_attach_task(ctx: BtfTracePointContext) -> i32 {
+    let cfg = CONFIG.load();
+    let task: u64 = ctx.arg(2);
+    // SAFETY: a read of a kernel address through the checked helper.
+    let Ok(tgid) =
+        (unsafe { bpf_probe_read_kernel((task + cfg.off_task_tgid as u64) as *const u32) })
+    else {
+        return 0;
+    };
+    crate::probes::contention::forget_comm(tgid);
+    crate::probes::futex::forget_comm(tgid);
+    let _ = TASK_CGROUPS.remove(tgid);
     0
 }
 

@@ -356,6 +356,7 @@ fn entry(
         name: format!("{lock_type} {uaddr:#x} of {comm}[{pid}]"),
         owner: None,
         tasks: vec![TaskEntry {
+            cgroup: None,
             pid,
             comm: comm.clone(),
             stats: stats.clone(),

@@ -1,5 +1,6 @@
 //! Aggregation: wait statistics, the recording model, and report rows. Pure.
 
+pub mod cgroup;
 pub mod correlate;
 pub mod futex;
 pub mod pi_lock;

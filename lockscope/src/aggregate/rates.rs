@@ -301,6 +301,9 @@ pub struct Rates {
     pub locks: Vec<LockRate>,
     /// Waiting processes over all locks, busiest (wait per second) first.
     pub tasks: Vec<TaskRate>,
+    /// Cgroups of the waiting processes, busiest first (empty for a recording without
+    /// cgroup attribution).
+    pub cgroups: Vec<super::cgroup::CgroupRate>,
 }
 
 /// Figures of the waits that ended between two cumulative statistics of the same thing.
@@ -398,6 +401,7 @@ pub fn rates(prev: Option<&Recording>, cur: &Recording) -> Rates {
         lost_total,
         lost_interval: lost_total.saturating_sub(lost_before),
         tasks: task_rates(&locks, interval_s),
+        cgroups: super::cgroup::rates(prev, cur, interval_s),
         locks,
     }
 }
@@ -602,6 +606,7 @@ mod tests {
             tasks: tasks
                 .iter()
                 .map(|(pid, s)| TaskEntry {
+                    cgroup: None,
                     pid: *pid,
                     comm: format!("t{pid}"),
                     stats: s.clone(),
@@ -636,6 +641,7 @@ mod tests {
             latency_spikes: None,
             rt_summary: None,
             spin: None,
+            cgroups: None,
         }
     }
 
@@ -812,6 +818,7 @@ mod tests {
             owner: None,
             callers: Vec::new(),
             tasks: vec![TaskEntry {
+                cgroup: None,
                 pid,
                 comm: "app".into(),
                 stats: stats.clone(),

@@ -34,6 +34,8 @@ pub struct RawSnapshot {
     /// `RWSEM_COUNTERS` (totals, then losses).
     pub rwsem_events: Vec<(RwsemEventKey, RwsemEventCounts)>,
     pub rwsem_counters: Vec<u64>,
+    /// The cgroup id the probes recorded for each process (by tgid).
+    pub cgroups: HashMap<u32, u64>,
 }
 
 /// One symbolized stack frame.
@@ -99,6 +101,9 @@ pub struct Recording {
     /// How the deep spinlock tier (pi_lock waits, holds, starvation detector) ran.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub spin: Option<super::spin::SpinSummary>,
+    /// Waits per (cgroup, lock type), from every kernel contention entry and futex word.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cgroups: Option<Vec<super::cgroup::CgroupEntry>>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -169,6 +174,9 @@ pub struct CallerEntry {
 pub struct TaskEntry {
     pub pid: u32,
     pub comm: String,
+    /// The process's cgroup (v2 path below the root), as the probes recorded it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cgroup: Option<String>,
     #[serde(flatten)]
     pub stats: WaitStats,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -501,6 +509,7 @@ pub fn build_locks_cached(
                 .tasks
                 .into_iter()
                 .map(|(pid, stats)| TaskEntry {
+                    cgroup: None,
                     pid,
                     comm: raw.comms.get(&pid).cloned().unwrap_or_default(),
                     stats,
@@ -965,6 +974,7 @@ pub(crate) mod tests {
             latency_spikes: None,
             rt_summary: None,
             spin: None,
+            cgroups: None,
         }
     }
 

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use clap::ValueEnum;
 
 use super::{Recording, WaitStats};
+use crate::decode::cgroup::UNKNOWN;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]
 pub enum GroupBy {
@@ -17,6 +18,8 @@ pub enum GroupBy {
     Task,
     /// One row per lock type.
     Type,
+    /// One row per cgroup (v2 path below the root) of the waiting processes.
+    Cgroup,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]
@@ -47,7 +50,7 @@ pub enum SortKey {
 /// One line of a report.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Row {
-    /// Lock name, caller, `comm[pid]`, or type, depending on the grouping.
+    /// Lock name, caller, `comm[pid]`, type or cgroup, depending on the grouping.
     pub name: String,
     /// Lock type; for groupings that span types, the types seen joined by `,`.
     pub lock_type: String,
@@ -105,6 +108,39 @@ pub fn rows(rec: &Recording, by: GroupBy) -> Vec<Row> {
                 })
                 .collect()
         }),
+        GroupBy::Cgroup => {
+            // Callers from the tasks kept per lock; figures from the per-cgroup totals,
+            // which count every wait even where a snapshot left tasks out.
+            let mut rows = group(rec, |l| {
+                let top = l
+                    .callers
+                    .first()
+                    .map(|c| c.caller.clone())
+                    .unwrap_or_default();
+                l.tasks
+                    .iter()
+                    .map(|t| {
+                        let cg = t.cgroup.as_deref().unwrap_or(UNKNOWN);
+                        (cg.to_owned(), top.clone(), t.stats.clone())
+                    })
+                    .collect()
+            });
+            if let Some(totals) = super::cgroup::totals(rec) {
+                let callers: BTreeMap<String, String> =
+                    rows.drain(..).map(|r| (r.name, r.top_caller)).collect();
+                rows = totals
+                    .into_iter()
+                    .map(|t| Row {
+                        top_caller: callers.get(&t.cgroup).cloned().unwrap_or_default(),
+                        name: t.cgroup,
+                        lock_type: t.types,
+                        addr: String::new(),
+                        stats: t.stats,
+                    })
+                    .collect();
+            }
+            rows
+        }
         GroupBy::Type => group(rec, |l| {
             let top = l
                 .callers

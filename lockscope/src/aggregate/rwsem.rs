@@ -160,6 +160,7 @@ pub fn apply_rwsem_events(
         for (pid, c) in tasks {
             if !entry.tasks.iter().any(|t| t.pid == pid) {
                 entry.tasks.push(TaskEntry {
+                    cgroup: None,
                     pid,
                     comm: raw.comms.get(&pid).cloned().unwrap_or_default(),
                     stats: WaitStats::default(),
@@ -187,6 +188,7 @@ pub fn apply_rwsem_events(
             tasks: tasks
                 .into_iter()
                 .map(|(pid, c)| TaskEntry {
+                    cgroup: None,
                     pid,
                     comm: raw.comms.get(&pid).cloned().unwrap_or_default(),
                     stats: WaitStats::default(),

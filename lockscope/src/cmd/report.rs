@@ -10,6 +10,14 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitCode> {
     let text = std::fs::read_to_string(&args.file)
         .with_context(|| format!("cannot read {}", args.file.display()))?;
     let rec = Recording::from_json(&text).with_context(|| format!("{}", args.file.display()))?;
+    if args.view.by == crate::aggregate::rows::GroupBy::Cgroup && rec.cgroups.is_none() {
+        anyhow::bail!(
+            "{} has no cgroups: it was recorded by a lockscope before cgroup attribution \
+             ({}); record again to group by cgroup",
+            args.file.display(),
+            rec.lockscope_version
+        );
+    }
     if args.view.format == crate::sink::report::Format::Pprof {
         let Some(path) = &args.output else {
             anyhow::bail!(

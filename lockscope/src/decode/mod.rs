@@ -1,5 +1,6 @@
 //! Raw map contents -> typed lock events. Pure: no kernel access here.
 
+pub mod cgroup;
 pub mod futex;
 pub mod procmaps;
 pub mod spin;

@@ -77,7 +77,7 @@ pub fn cgroup_id_and_level(path: &Path) -> anyhow::Result<(u64, u32)> {
     Ok((meta.ino(), rel.components().count() as u32))
 }
 
-fn cgroup2_root() -> anyhow::Result<PathBuf> {
+pub fn cgroup2_root() -> anyhow::Result<PathBuf> {
     let mounts = fs::read_to_string("/proc/self/mounts")?;
     mounts
         .lines()

@@ -247,6 +247,13 @@ impl Probes {
                  process may keep its parent's name"
             ));
         }
+        // Cgroups refreshed when a process moves (its first wait recorded the old one).
+        if let Err(e) = probes.attach_tp_btf("cgroup_attach_task", "cgroup_attach_task", &btf) {
+            probes.notes.push(format!(
+                "cgroups are not refreshed when a process moves (cgroup_attach_task: {e:#}): \
+                 a moved process keeps the cgroup of its first wait"
+            ));
+        }
         if wants_futex(&opts.types) {
             // The unwinding thread first, with the targets' maps and the C library read,
             // so the first waits do not pile up in the ring buffer behind that work.

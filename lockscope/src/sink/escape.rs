@@ -59,7 +59,13 @@ pub fn escape_recording(rec: &mut crate::aggregate::Recording) {
         }
         for t in &mut l.tasks {
             fix(&mut t.comm);
+            if let Some(c) = &mut t.cgroup {
+                fix(c);
+            }
         }
+    }
+    for c in rec.cgroups.iter_mut().flatten() {
+        fix(&mut c.cgroup);
     }
 }
 

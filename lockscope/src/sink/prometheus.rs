@@ -45,6 +45,8 @@ pub const RWSEM_EVENTS: &str = "lockscope_rwsem_events_total";
 pub const STARVATION_EPISODES: &str = "lockscope_starvation_episodes_total";
 pub const MAP_READ_SECONDS: &str = "lockscope_map_read_seconds_total";
 pub const MAP_READS: &str = "lockscope_map_reads_total";
+pub const CGROUP_CONTENTIONS: &str = "lockscope_cgroup_lock_contentions_total";
+pub const CGROUP_WAIT: &str = "lockscope_cgroup_lock_wait_seconds_total";
 
 /// Every metric family lockscope can export: (name, type). A histogram `x` is scraped
 /// as `x_bucket`, `x_sum` and `x_count`.
@@ -70,6 +72,8 @@ pub const FAMILIES: &[(&str, MetricType)] = &[
     (STARVATION_EPISODES, MetricType::COUNTER),
     (MAP_READ_SECONDS, MetricType::COUNTER),
     (MAP_READS, MetricType::COUNTER),
+    (CGROUP_CONTENTIONS, MetricType::COUNTER),
+    (CGROUP_WAIT, MetricType::COUNTER),
 ];
 
 /// Every sample name a scrape can contain (histograms expanded).
@@ -347,6 +351,57 @@ impl LockSeries {
     }
 }
 
+/// The per-cgroup series (`lockscope_cgroup_*`): the recording's per (cgroup, type)
+/// figures, bounded like the locks' (the `top_n` heaviest, the rest `cgroup="other"`).
+#[derive(Debug, Default)]
+pub struct CgroupSeries(TopSeries<WaitStats>);
+
+/// One cgroup series: `cgroup` is a path below the v2 root or [`OTHER`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct CgroupSample {
+    pub lock_type: LockType,
+    pub cgroup: String,
+    pub stats: WaitStats,
+}
+
+impl CgroupSeries {
+    /// `None` for a recording without cgroup attribution.
+    pub fn update(&mut self, rec: &Recording, top_n: usize) -> Option<Vec<CgroupSample>> {
+        let entries = rec.cgroups.as_ref()?;
+        let cur: HashMap<SeriesKey, WaitStats> = entries
+            .iter()
+            .map(|e| ((e.lock_type, e.cgroup.clone()), e.stats.clone()))
+            .collect();
+        Some(
+            self.0
+                .fold(cur, top_n)
+                .into_iter()
+                .map(|((lock_type, cgroup), stats)| CgroupSample {
+                    lock_type,
+                    cgroup,
+                    stats,
+                })
+                .collect(),
+        )
+    }
+}
+
+/// Labels of a cgroup series: `cgroup`, `type`, and the pod UID and container ID its
+/// path carries, when it carries them.
+fn cgroup_labels(s: &CgroupSample) -> Vec<(&'static str, String)> {
+    let mut l = vec![
+        ("cgroup", s.cgroup.clone()),
+        ("type", s.lock_type.name().to_owned()),
+    ];
+    if let Some(uid) = crate::decode::cgroup::pod_uid(&s.cgroup) {
+        l.push(("pod_uid", uid));
+    }
+    if let Some(id) = crate::decode::cgroup::container_id(&s.cgroup) {
+        l.push(("container_id", id));
+    }
+    l
+}
+
 /// A futex word's figures: blocking waits (with their wait times) and wake calls.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct FutexFigures {
@@ -590,6 +645,8 @@ pub struct Samples {
     pub futex: Option<Vec<FutexSample>>,
     /// Cumulative episodes by (kind, probable, tier); `None`: not exported.
     pub starvation: Option<EpisodeTotals>,
+    /// `None`: the recording has no cgroup attribution.
+    pub cgroups: Option<Vec<CgroupSample>>,
 }
 
 /// The state kept across refreshes: folded series and counted episodes.
@@ -598,6 +655,7 @@ pub struct Exporter {
     locks: LockSeries,
     futex: FutexSeries,
     episodes: EpisodeCounter,
+    cgroups: CgroupSeries,
 }
 
 impl Exporter {
@@ -607,6 +665,7 @@ impl Exporter {
             locks: self.locks.update(rec, opts.top_locks),
             futex: opts.futex.then(|| self.futex.update(rec, opts.top_locks)),
             starvation: opts.starvation.then(|| self.episodes.update(rec).clone()),
+            cgroups: self.cgroups.update(rec, opts.top_locks),
         }
     }
 }
@@ -865,6 +924,32 @@ pub fn families(
                 .collect(),
         ));
     }
+    if let Some(cgroups) = &samples.cgroups {
+        let metric = |s: &CgroupSample, v: f64| {
+            let l = cgroup_labels(s);
+            let pairs: Vec<(&str, &str)> = l.iter().map(|(n, v)| (*n, v.as_str())).collect();
+            counter(&pairs, v)
+        };
+        out.push(family(
+            CGROUP_CONTENTIONS,
+            "Contended lock acquisitions (waits that ended) since lockscope started, by the \
+             waiting process's cgroup (v2 path below the root) and lock type; kernel locks \
+             and futex words. cgroups outside the top by total wait are cgroup=\"other\".",
+            cgroups
+                .iter()
+                .map(|s| metric(s, s.stats.count as f64))
+                .collect(),
+        ));
+        out.push(family(
+            CGROUP_WAIT,
+            "Time spent waiting for contended locks, in seconds, by cgroup and lock type (as \
+             lockscope_cgroup_lock_contentions_total).",
+            cgroups
+                .iter()
+                .map(|s| metric(s, s.stats.total_ns as f64 / 1e9))
+                .collect(),
+        ));
+    }
     out.retain(|f| !f.get_metric().is_empty());
     out.sort_by(|a, b| a.name().cmp(b.name()));
     out
@@ -981,7 +1066,86 @@ mod tests {
             None,
         ));
         r.starvation_episodes = Some(vec![episode(EpisodeKind::Starvation, 100, true)]);
+        r.cgroups = Some(vec![cgroup_entry(
+            "system.slice/db.service",
+            LockType::Futex,
+            90_000,
+            9,
+        )]);
         r
+    }
+
+    fn cgroup_entry(
+        path: &str,
+        t: LockType,
+        ns: u64,
+        n: u64,
+    ) -> crate::aggregate::cgroup::CgroupEntry {
+        crate::aggregate::cgroup::CgroupEntry {
+            cgroup: path.to_owned(),
+            lock_type: t,
+            stats: wait(ns / n, n),
+        }
+    }
+
+    #[test]
+    fn cgroups_are_bounded_and_carry_pod_and_container_labels() {
+        const ID: &str = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+        let pod = format!(
+            "kubepods.slice/kubepods-burstable.slice/\
+             kubepods-burstable-pod1b2c3d4e_5f60_7a8b_9c0d_e1f2a3b4c5d6.slice/\
+             cri-containerd-{ID}.scope"
+        );
+        let mut rec = rec_with(vec![]);
+        let mut entries = vec![cgroup_entry(&pod, LockType::Mutex, 5_000_000, 5)];
+        // 200 small cgroups: beyond the top 3 they fold into cgroup="other".
+        for i in 0..200 {
+            entries.push(cgroup_entry(
+                &format!("app.slice/a{i}.service"),
+                LockType::Mutex,
+                1000,
+                1,
+            ));
+        }
+        rec.cgroups = Some(entries);
+        let o = opts(3);
+        let samples = Exporter::default().samples(&rec, &o);
+        let t = full_text_with(&rec, &samples, &o);
+        let series: Vec<&str> = t
+            .lines()
+            .filter(|l| l.starts_with(CGROUP_CONTENTIONS))
+            .collect();
+        assert_eq!(series.len(), 4, "3 top + other: {series:#?}");
+        assert!(
+            t.contains(&format!(
+                "{CGROUP_WAIT}{{cgroup=\"{pod}\",type=\"mutex\",pod_uid=\"1b2c3d4e-5f60-7a8b-9c0d-e1f2a3b4c5d6\",container_id=\"{ID}\"}} 0.005"
+            )),
+            "{t}"
+        );
+        // 198 of the small ones in other: every contention still counted once.
+        assert!(
+            t.contains(&format!(
+                "{CGROUP_CONTENTIONS}{{cgroup=\"other\",type=\"mutex\"}} 198"
+            )),
+            "{t}"
+        );
+        let sum: f64 = series
+            .iter()
+            .map(|l| l.rsplit(' ').next().unwrap().parse::<f64>().unwrap())
+            .sum();
+        assert_eq!(sum, 205.0);
+    }
+
+    fn full_text_with(rec: &Recording, samples: &Samples, o: &MetricsOptions) -> String {
+        let me = SelfStats {
+            probes: vec![],
+            programs: None,
+            scrape_duration_s: 0.0,
+            scrape_errors: 0,
+            read_seconds_total: 0.0,
+            reads_total: 0,
+        };
+        encode(&families(rec, samples, &me, o)).unwrap()
     }
 
     fn rec_with(locks: Vec<LockEntry>) -> Recording {

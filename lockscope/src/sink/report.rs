@@ -97,6 +97,7 @@ fn name_header(by: GroupBy) -> &'static str {
         GroupBy::Caller => "caller",
         GroupBy::Task => "task",
         GroupBy::Type => "type",
+        GroupBy::Cgroup => "cgroup",
     }
 }
 

@@ -125,6 +125,9 @@ pub fn read_snapshot(ebpf: &Ebpf, futex: bool) -> anyhow::Result<RawSnapshot> {
         .into_iter()
         .map(|(tgid, comm)| (tgid, comm_to_string(&comm)))
         .collect();
+    raw.cgroups = batch::hash_entries::<u32, u64>(ebpf, "TASK_CGROUPS")?
+        .into_iter()
+        .collect();
     let waiting = batch::hash_entries::<u32, WaitStart>(ebpf, "TASK_WAITS")?.len();
     let cpu_depth: PerCpuArray<&MapData, u32> =
         PerCpuArray::try_from(ebpf.map("CPU_WAIT_DEPTH").context("CPU_WAIT_DEPTH map")?)?;

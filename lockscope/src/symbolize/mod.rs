@@ -1,6 +1,7 @@
 //! Kernel addresses -> names, with blazesym over the running kernel's kallsyms; [`user`]:
 //! user call sites over the mapped ELF files.
 
+pub mod cgroup;
 pub mod unwind;
 pub mod user;
 

@@ -11,6 +11,7 @@ use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 use super::rt::RtLog;
 use crate::aggregate::{
     Recording,
+    cgroup::CgroupRate,
     rates::{LockKey, LockRate, Rates, TaskRate, rates},
 };
 
@@ -26,6 +27,8 @@ pub enum Mode {
     UserLocks,
     /// The table of waiting processes.
     Tasks,
+    /// The table of the waiting processes' cgroups.
+    Cgroups,
     /// Starvation episodes and latency spikes as they arrive.
     Rt,
     /// One lock: histogram, wait-rate chart, callers, tasks.
@@ -37,7 +40,13 @@ pub enum Mode {
 }
 
 /// The views `Tab` cycles through, in order.
-pub const VIEWS: [Mode; 4] = [Mode::Locks, Mode::UserLocks, Mode::Tasks, Mode::Rt];
+pub const VIEWS: [Mode; 5] = [
+    Mode::Locks,
+    Mode::UserLocks,
+    Mode::Tasks,
+    Mode::Cgroups,
+    Mode::Rt,
+];
 
 impl Mode {
     /// The view drawn underneath overlays.
@@ -274,11 +283,14 @@ pub struct App {
     pub lock_rows: Vec<usize>,
     pub user_rows: Vec<usize>,
     pub task_rows: Vec<usize>,
+    /// Indices into `rates.cgroups` in display order (filtered; busiest first).
+    pub cgroup_rows: Vec<usize>,
     /// The selected kernel lock, user-space lock (each follows its lock when rows move)
     /// and task.
     pub selected_lock: Option<LockKey>,
     pub selected_user: Option<LockKey>,
     pub selected_task: Option<u32>,
+    pub selected_cgroup: Option<String>,
     /// Starvation episodes and latency spikes seen so far.
     pub rt: RtLog,
     /// Wait nanoseconds per second, one sample per refresh, oldest first.
@@ -311,9 +323,11 @@ impl App {
             lock_rows: Vec::new(),
             user_rows: Vec::new(),
             task_rows: Vec::new(),
+            cgroup_rows: Vec::new(),
             selected_lock: None,
             selected_user: None,
             selected_task: None,
+            selected_cgroup: None,
             rt: RtLog::default(),
             history: HashMap::new(),
             refreshes: 0,
@@ -370,6 +384,20 @@ impl App {
             return Vec::new();
         };
         self.task_rows.iter().map(|&i| &r.tasks[i]).collect()
+    }
+
+    pub fn visible_cgroups(&self) -> Vec<&CgroupRate> {
+        let Some(r) = &self.rates else {
+            return Vec::new();
+        };
+        self.cgroup_rows.iter().map(|&i| &r.cgroups[i]).collect()
+    }
+
+    pub fn selected_cgroup_row(&self) -> Option<usize> {
+        let name = self.selected_cgroup.as_ref()?;
+        self.visible_cgroups()
+            .iter()
+            .position(|c| &c.cgroup == name)
     }
 
     pub fn lock(&self, key: &LockKey) -> Option<&LockRate> {
@@ -460,6 +488,26 @@ impl App {
             .map(|(pos, &i)| (r.tasks[i].pid, pos))
             .collect();
 
+        // Cgroups stay in the busiest-first order of the rates.
+        let f = self.filter.to_lowercase();
+        let crows: Vec<usize> = (0..r.cgroups.len())
+            .filter(|&i| {
+                let c = &r.cgroups[i];
+                f.is_empty()
+                    || c.cgroup.to_lowercase().contains(&f)
+                    || c.types.to_lowercase().contains(&f)
+            })
+            .collect();
+        let names: Vec<&String> = crows.iter().map(|&i| &r.cgroups[i].cgroup).collect();
+        if !self
+            .selected_cgroup
+            .as_ref()
+            .is_some_and(|c| names.contains(&c))
+        {
+            self.selected_cgroup = names.first().map(|c| (*c).clone());
+        }
+        self.cgroup_rows = crows;
+
         // Keep each selection on its lock; pick the first row when it is gone.
         self.selected_lock = keep_selection(self.selected_lock.take(), &rows, &r.locks);
         self.selected_user = keep_selection(self.selected_user.take(), &urows, &r.locks);
@@ -502,7 +550,9 @@ impl App {
                 Action::Continue
             }
             Mode::Detail(lock) => self.detail_key(key, lock),
-            Mode::Locks | Mode::UserLocks | Mode::Tasks | Mode::Rt => self.table_key(key),
+            Mode::Locks | Mode::UserLocks | Mode::Tasks | Mode::Cgroups | Mode::Rt => {
+                self.table_key(key)
+            }
         }
     }
 
@@ -537,6 +587,7 @@ impl App {
             KeyCode::Char('l') => self.mode = Mode::Locks,
             KeyCode::Char('u') | KeyCode::Char('f') => self.mode = Mode::UserLocks,
             KeyCode::Char('t') => self.mode = Mode::Tasks,
+            KeyCode::Char('c') => self.mode = Mode::Cgroups,
             KeyCode::Char('e') => self.mode = Mode::Rt,
             KeyCode::Down | KeyCode::Char('j') => self.move_selection(1),
             KeyCode::Up | KeyCode::Char('k') => self.move_selection(-1),
@@ -625,11 +676,12 @@ impl App {
                 self.set_selected(user, lock);
             }
             // The view keys leave the detail view for that view.
-            KeyCode::Char(c @ ('l' | 'u' | 'f' | 't' | 'e')) => {
+            KeyCode::Char(c @ ('l' | 'u' | 'f' | 't' | 'c' | 'e')) => {
                 self.set_selected(user, lock);
                 self.mode = match c {
                     'l' => Mode::Locks,
                     't' => Mode::Tasks,
+                    'c' => Mode::Cgroups,
                     'e' => Mode::Rt,
                     _ => Mode::UserLocks,
                 };
@@ -722,6 +774,17 @@ impl App {
                 let cur = self.selected_task_row().unwrap_or(0);
                 if let Some(i) = moved(cur, step, pids.len()) {
                     self.selected_task = Some(pids[i]);
+                }
+            }
+            Mode::Cgroups => {
+                let names: Vec<String> = self
+                    .visible_cgroups()
+                    .iter()
+                    .map(|c| c.cgroup.clone())
+                    .collect();
+                let cur = self.selected_cgroup_row().unwrap_or(0);
+                if let Some(i) = moved(cur, step, names.len()) {
+                    self.selected_cgroup = Some(names[i].clone());
                 }
             }
             Mode::UserLocks => self.move_lock(true, step),

@@ -56,6 +56,7 @@ fn lock(addr: &str, t: LockType, name: &str, tasks: &[(u32, &str, WaitStats)]) -
         tasks: tasks
             .iter()
             .map(|(pid, comm, s)| TaskEntry {
+                cgroup: None,
                 pid: *pid,
                 comm: (*comm).into(),
                 stats: s.clone(),
@@ -89,6 +90,7 @@ fn recording(duration_s: f64, lost: u64, locks: Vec<LockEntry>) -> Recording {
         latency_spikes: None,
         rt_summary: None,
         spin: None,
+        cgroups: None,
     }
 }
 
@@ -394,6 +396,8 @@ fn tasks_view_and_help_overlay() {
     key(&mut app, KeyCode::Tab);
     assert_eq!(app.mode, Mode::Tasks);
     key(&mut app, KeyCode::Tab);
+    assert_eq!(app.mode, Mode::Cgroups);
+    key(&mut app, KeyCode::Tab);
     assert_eq!(app.mode, Mode::Rt);
     key(&mut app, KeyCode::Tab);
     assert_eq!(app.mode, Mode::Locks);
@@ -419,7 +423,7 @@ fn tasks_view_and_help_overlay() {
     let s = screen(&app, 100, 40);
     assert!(s.contains("sort by that column"), "{s}");
     assert!(s.contains("rwsem modes in the interval"), "{s}");
-    assert!(s.contains("l u t e"), "{s}");
+    assert!(s.contains("l u t c e"), "{s}");
     key(&mut app, KeyCode::Char('x'));
     assert_eq!(app.mode, Mode::Locks);
 }
@@ -550,6 +554,7 @@ fn futex_word(
         owner: None,
         callers: Vec::new(),
         tasks: vec![TaskEntry {
+            cgroup: None,
             pid,
             comm: "app".into(),
             stats: stats.clone(),
@@ -965,5 +970,62 @@ fn rwsem_acquisition_modes_show_where_known() {
     assert!(
         s.contains("acquire modes (last interval): steals n/a  spins -  handoffs 4~  sleeps n/a"),
         "{s}"
+    );
+}
+
+#[test]
+fn cgroups_view_shows_each_cgroups_rate_and_filters() {
+    use crate::aggregate::cgroup::CgroupEntry;
+    let cg = |cgroup: &str, t: LockType, stats: WaitStats| CgroupEntry {
+        cgroup: cgroup.into(),
+        lock_type: t,
+        stats,
+    };
+    let mut first = recording(1.0, 0, Vec::new());
+    first.cgroups = Some(vec![
+        cg("system.slice/db.service", LockType::Mutex, wait(1_000, 10)),
+        cg("system.slice/web.service", LockType::Futex, wait(1_000, 10)),
+    ]);
+    let mut second = recording(2.0, 0, Vec::new());
+    // In the second interval db waited 100 more mutex waits (1.09 ms) and 10 spinlock
+    // waits (1 ms); web nothing more.
+    second.cgroups = Some(vec![
+        cg(
+            "system.slice/db.service",
+            LockType::Mutex,
+            wait(10_000, 110),
+        ),
+        cg(
+            "system.slice/db.service",
+            LockType::Spinlock,
+            wait(100_000, 10),
+        ),
+        cg("system.slice/web.service", LockType::Futex, wait(1_000, 10)),
+    ]);
+    let mut app = App::new(SourceInfo {
+        description: "standalone".into(),
+        interval: Duration::from_secs(1),
+    });
+    app.update(first);
+    app.update(second);
+    key(&mut app, KeyCode::Char('c'));
+    assert_eq!(app.mode, Mode::Cgroups);
+    let rows = table_rows(&app, 120, 20);
+    assert_eq!(rows.len(), 2, "{rows:?}");
+    assert_eq!(
+        rows,
+        [
+            "2.09ms 110 19.0us 2.10ms mutex,spinlock system.slice/db.service",
+            "0 0 - 10.0us futex system.slice/web.service",
+        ]
+    );
+    assert!(screen(&app, 120, 20).contains("[c] cgroups 2"));
+    keys(&mut app, "/web");
+    key(&mut app, KeyCode::Enter);
+    let rows = table_rows(&app, 120, 20);
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(
+        app.selected_cgroup.as_deref(),
+        Some("system.slice/web.service")
     );
 }

@@ -43,6 +43,7 @@ pub fn draw(frame: &mut Frame, app: &App) {
     draw_tabs(frame, app, tabs);
     match app.mode.view() {
         Mode::Tasks => draw_tasks(frame, app, body),
+        Mode::Cgroups => draw_cgroups(frame, app, body),
         Mode::UserLocks => draw_user_locks(frame, app, body),
         Mode::Rt => draw_rt(frame, app, body),
         Mode::Detail(key) => match app.lock(key) {
@@ -118,16 +119,17 @@ fn draw_tabs(frame: &mut Frame, app: &App, area: Rect) {
             format!("{shown}/{all}")
         }
     };
-    let (kernel, user, tasks) = match &app.rates {
+    let (kernel, user, tasks, cgroups) = match &app.rates {
         Some(r) => {
             let users = r.locks.iter().filter(|l| l.key.is_user()).count();
             (
                 count(app.lock_rows.len(), r.locks.len() - users),
                 count(app.user_rows.len(), users),
                 count(app.task_rows.len(), r.tasks.len()),
+                count(app.cgroup_rows.len(), r.cgroups.len()),
             )
         }
-        None => ("-".into(), "-".into(), "-".into()),
+        None => ("-".into(), "-".into(), "-".into(), "-".into()),
     };
     let rt = &app.rt;
     let rt_label = match (rt.episodes_traced, rt.spikes_traced) {
@@ -150,6 +152,7 @@ fn draw_tabs(frame: &mut Frame, app: &App, area: Rect) {
         format!("[l] kernel locks {kernel}"),
         format!("[u] user locks {user}"),
         format!("[t] tasks {tasks}"),
+        format!("[c] cgroups {cgroups}"),
         format!("[e] {rt_label}"),
     ];
     let current = app.mode.view();
@@ -183,7 +186,7 @@ fn draw_footer(frame: &mut Frame, app: &App, area: Rect) {
     } else {
         let keys = match app.mode.view() {
             Mode::Detail(_) => {
-                "Esc back  Up/Down other lock  h histogram scope  l u t e views  p pause  ? help  q quit"
+                "Esc back  Up/Down other lock  h histogram scope  l u t c e views  p pause  ? help  q quit"
             }
             Mode::Tasks => {
                 "Tab next view  Enter its locks  1-7 sort  r reverse  / filter  p pause  ? help  q quit"
@@ -191,7 +194,8 @@ fn draw_footer(frame: &mut Frame, app: &App, area: Rect) {
             Mode::UserLocks => {
                 "Tab next view  Enter detail  1-9,0 sort  r reverse  / filter  p pause  ? help  q quit"
             }
-            Mode::Rt => "Tab next view  l u t e views  / filter  p pause  ? help  q quit",
+            Mode::Rt => "Tab next view  l u t c e views  / filter  p pause  ? help  q quit",
+            Mode::Cgroups => "Tab next view  l u t c e views  / filter  p pause  ? help  q quit",
             _ => {
                 "Tab next view  Enter detail  1-9 sort  r reverse  / filter  p pause  ? help  q quit"
             }
@@ -489,6 +493,48 @@ fn draw_tasks(frame: &mut Frame, app: &App, area: Rect) {
     frame.render_stateful_widget(table, area, &mut state);
     if empty {
         draw_empty(frame, app, area, "no waiting processes");
+    }
+}
+
+/// The waiting processes' cgroups, busiest first: every wait, kernel and user-space.
+fn draw_cgroups(frame: &mut Frame, app: &App, area: Rect) {
+    let header =
+        Row::new(["WAIT/s", "CONT/s", "AVG", "TOTAL", "TYPES", "CGROUP"]).style(HEADER_STYLE);
+    let rows: Vec<Row> = app
+        .visible_cgroups()
+        .into_iter()
+        .map(|c| {
+            let avg = if c.interval.count == 0 {
+                "-".to_owned()
+            } else {
+                fmt_dur(c.interval.avg_ns() as f64)
+            };
+            Row::new([
+                fmt_dur(c.wait_ns_per_s),
+                fmt_rate(c.contentions_per_s),
+                avg,
+                fmt_dur(c.total.total_ns as f64),
+                c.types.clone(),
+                c.cgroup.clone(),
+            ])
+        })
+        .collect();
+    let empty = rows.is_empty();
+    let widths = [
+        Constraint::Length(9),
+        Constraint::Length(8),
+        Constraint::Length(9),
+        Constraint::Length(9),
+        Constraint::Length(22),
+        Constraint::Min(20),
+    ];
+    let table = Table::new(rows, widths)
+        .header(header)
+        .row_highlight_style(SELECTED);
+    let mut state = TableState::default().with_selected(app.selected_cgroup_row());
+    frame.render_stateful_widget(table, area, &mut state);
+    if empty {
+        draw_empty(frame, app, area, "no waiting cgroups");
     }
 }
 
@@ -1014,8 +1060,8 @@ fn draw_help(frame: &mut Frame, app: &App, area: Rect) {
         Line::from("  Up/Down j/k   select a row      PgUp/PgDn Home/End  jump"),
         Line::from("  Enter         detail of the selected lock (histogram, chart, callers)"),
         Line::from("  Tab, S-Tab    next / previous view"),
-        Line::from("  l u t e       views: kernel locks, user-space locks (futex, pthread),"),
-        Line::from("                waiting processes, RT episodes and latency spikes"),
+        Line::from("  l u t c e     views: kernel locks, user-space locks (futex, pthread),"),
+        Line::from("                waiting processes, their cgroups, RT episodes and spikes"),
         Line::from("  1-9, 0        sort by that column (0: the tenth; again: reverse)"),
         Line::from("  < > s         previous / next sort column     r  reverse the order"),
         Line::from("  /             filter by type, lock name or process name (every view)"),
