@@ -309,9 +309,12 @@ fn prometheus_scrapes_serve_while_mmap_churn_runs() {
         matches!(http_get(prom_port, "/-/ready"), Ok((200, _))).then_some(())
     });
 
+    // The churn runs in a cgroup of its own (exec keeps the pid, and the name).
+    let cg = TestCgroup::create("serve");
     let mut churn = Guard(
-        lockscope()
-            .args(["workload", "mmap-churn", "--seconds", "15"])
+        Command::new("sh")
+            .arg("-c")
+            .arg(cg.enter_then(&format!("'{}' workload mmap-churn --seconds 15", bin())))
             .stdout(Stdio::null())
             .spawn()
             .unwrap(),
@@ -354,6 +357,28 @@ fn prometheus_scrapes_serve_while_mmap_churn_runs() {
     )
     .unwrap();
     assert!(locks <= (top + 1) as f64, "{locks} lock label values");
+    // The churn's cgroup, in Prometheus, at a positive rate; cgroups bounded like locks.
+    let cg_rate = wait_until(
+        "a positive per-cgroup rate in Prometheus",
+        Duration::from_secs(60),
+        || {
+            prom_query(
+                prom_port,
+                &format!(
+                    "sum(rate(lockscope_cgroup_lock_contentions_total{{cgroup=\"{}\"}}[10s]))",
+                    cg.name
+                ),
+            )
+            .filter(|&r| r > 0.0)
+        },
+    );
+    println!("contentions of the churn's cgroup: {cg_rate:.0}/s");
+    let cgroups = prom_query(
+        prom_port,
+        "count(count by (cgroup) (lockscope_cgroup_lock_contentions_total))",
+    )
+    .unwrap();
+    assert!(cgroups <= (top + 1) as f64, "{cgroups} cgroup label values");
     // The futex workload's waits, in Prometheus, at a positive rate.
     let futex_rate = wait_until(
         "a positive futex wait rate in Prometheus",
@@ -406,6 +431,21 @@ fn prometheus_scrapes_serve_while_mmap_churn_runs() {
         "promtool check metrics: {}{}",
         String::from_utf8_lossy(&lint.stdout),
         String::from_utf8_lossy(&lint.stderr)
+    );
+
+    // Within one scrape every wait is under exactly one cgroup: the cgroup series add up
+    // to the kernel lock series plus the futex words' blocking waits.
+    let total = |name: &str| -> f64 { samples(&text, name).iter().map(|(_, v)| v).sum() };
+    let by_cgroup = total("lockscope_cgroup_lock_contentions_total");
+    let by_lock = total("lockscope_lock_contentions_total") + total("lockscope_futex_waits_total");
+    assert_eq!(
+        by_cgroup, by_lock,
+        "per-cgroup and per-lock totals of one scrape"
+    );
+    let cg_series = samples(&text, "lockscope_cgroup_lock_contentions_total");
+    assert!(
+        cg_series.iter().any(|(l, _)| l["cgroup"] == cg.name),
+        "{cg_series:?}"
     );
 
     let counts = samples(&text, "lockscope_lock_wait_seconds_count");

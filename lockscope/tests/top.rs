@@ -643,3 +643,46 @@ fn sigterm_and_sighup_restore_the_terminal() {
         assert_eq!(tmux.display("#{alternate_on}"), "0", "{name}");
     }
 }
+
+#[test]
+fn top_cgroups_view_shows_the_workloads_cgroup() {
+    let _serial = serial();
+    require_root();
+    let cg = TestCgroup::create("top");
+    let workload = Killed(
+        Command::new("sh")
+            .arg("-c")
+            .arg(cg.enter_then(&format!("'{}' workload mmap-churn --seconds 60", bin())))
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let pid = workload.0.id();
+    let tmux = Tmux::start("cgroups", &shell_cmd(&format!("--interval 1s --pid {pid}")));
+    tmux.wait_for("the first refresh", 30, |s| s.contains("[c] cgroups"));
+    tmux.send(&["c"]);
+    // WAIT/s, CONT/s, AVG, TOTAL, TYPES, CGROUP: the workload's cgroup, waiting.
+    let row = |s: &str| -> Option<Vec<String>> {
+        s.lines()
+            .map(|l| l.split_whitespace().map(str::to_owned).collect::<Vec<_>>())
+            .find(|w| w.len() == 6 && w[5] == cg.name && w[1] != "0")
+    };
+    let s = tmux.wait_for("the cgroup's row with a non-zero rate", 30, |s| {
+        !s.contains("since start") && row(s).is_some()
+    });
+    assert!(s.contains("WAIT/s"), "{s}");
+    let w = row(&s).unwrap();
+    let (wait_s, cont, avg) = (dur(&w[0]), rate(&w[1]), dur(&w[2]));
+    assert!(cont > 0.0 && wait_s > 0.0, "{w:?}\n{s}");
+    let want = wait_s / cont;
+    assert!(
+        (avg - want).abs() <= 0.1 * want,
+        "avg {avg} ns, wait/s over cont/s {want} ns: {w:?}\n{s}"
+    );
+    assert!(
+        w[4].contains("rwsem"),
+        "mmap-churn waits on its mmap_lock: {w:?}\n{s}"
+    );
+    tmux.send(&["q"]);
+    tmux.wait_for("top to exit", 15, |s| s.contains("top exited: 0"));
+}

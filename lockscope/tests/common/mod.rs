@@ -272,3 +272,52 @@ pub fn run_ok_with_load(cmd: &mut Command, start_load: impl FnOnce() -> Backgrou
     let out = child.wait_with_output().expect("wait");
     assert_succeeded(cmd, out)
 }
+
+/// A cgroup (v2) of the test's own, removed (its processes killed first) on drop.
+pub struct TestCgroup {
+    pub path: PathBuf,
+    /// Its path below the v2 root: how lockscope names it.
+    pub name: String,
+}
+
+impl TestCgroup {
+    pub fn create(name: &str) -> Self {
+        let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap();
+        let root = mounts
+            .lines()
+            .find_map(|l| {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                (f.get(2) == Some(&"cgroup2")).then(|| PathBuf::from(f[1]))
+            })
+            .expect("a cgroup v2 hierarchy is mounted");
+        let name = format!("lockscope-test-{name}-{}", std::process::id());
+        let path = root.join(&name);
+        let _ = std::fs::remove_dir(&path);
+        std::fs::create_dir(&path).unwrap_or_else(|e| panic!("mkdir {}: {e}", path.display()));
+        Self { path, name }
+    }
+
+    /// A shell command that moves itself into this cgroup, then runs `cmd`.
+    pub fn enter_then(&self, cmd: &str) -> String {
+        format!(
+            "echo 0 > '{}/cgroup.procs' && exec {cmd}",
+            self.path.display()
+        )
+    }
+}
+
+impl Drop for TestCgroup {
+    fn drop(&mut self) {
+        for _ in 0..100 {
+            let procs = std::fs::read_to_string(self.path.join("cgroup.procs")).unwrap_or_default();
+            for pid in procs.lines().filter_map(|p| p.parse::<i32>().ok()) {
+                // SAFETY: kill has no memory preconditions.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+            }
+            if std::fs::remove_dir(&self.path).is_ok() || !self.path.exists() {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    }
+}
