@@ -266,11 +266,17 @@ pub const COMMS_MAX_ENTRIES: u32 = 8192;
 #[cfg(feature = "user")]
 mod pod {
     use super::*;
+    // SAFETY: repr(C) integers and arrays of them with explicit padding fields: every bit pattern is a value.
     unsafe impl aya::Pod for ContentionKey {}
+    // SAFETY: repr(C) integers and arrays of them with explicit padding fields: every bit pattern is a value.
     unsafe impl aya::Pod for ContentionStats {}
+    // SAFETY: repr(C) integers and arrays of them with explicit padding fields: every bit pattern is a value.
     unsafe impl aya::Pod for LockInfo {}
+    // SAFETY: repr(C) integers and arrays of them with explicit padding fields: every bit pattern is a value.
     unsafe impl aya::Pod for ProbeConfig {}
+    // SAFETY: repr(C) integers and arrays of them with explicit padding fields: every bit pattern is a value.
     unsafe impl aya::Pod for WaitStart {}
+    // SAFETY: repr(C) integers and arrays of them with explicit padding fields: every bit pattern is a value.
     unsafe impl aya::Pod for StackBudget {}
 }
 

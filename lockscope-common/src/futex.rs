@@ -152,7 +152,7 @@ pub struct FutexStats {
 }
 assert_size!(
     FutexStats,
-    core::mem::size_of::<ContentionStats>() + 8 * FUTEX_CMD_SLOTS + 8 * 13
+    size_of::<ContentionStats>() + 8 * FUTEX_CMD_SLOTS + 8 * 13
 );
 
 impl FutexStats {
@@ -359,8 +359,7 @@ pub const FUTEX_STATS_MIN_ENTRIES: u32 = 1024;
 
 /// Entries of `FUTEX_STATS` for this many CPUs.
 pub const fn futex_stats_entries(cpus: u32) -> u32 {
-    let per_entry =
-        core::mem::size_of::<FutexStats>() as u64 * if cpus == 0 { 1 } else { cpus as u64 };
+    let per_entry = size_of::<FutexStats>() as u64 * if cpus == 0 { 1 } else { cpus as u64 };
     let n = FUTEX_STATS_MEMORY_BUDGET / per_entry;
     if n > FUTEX_STATS_MAX_ENTRIES as u64 {
         FUTEX_STATS_MAX_ENTRIES
@@ -375,8 +374,11 @@ pub const FUTEX_CALLS_MAX_ENTRIES: u32 = 32768;
 #[cfg(feature = "user")]
 mod pod {
     use super::*;
+    // SAFETY: repr(C) integers and arrays of them with explicit padding fields: every bit pattern is a value.
     unsafe impl aya::Pod for FutexKey {}
+    // SAFETY: repr(C) integers and arrays of them with explicit padding fields: every bit pattern is a value.
     unsafe impl aya::Pod for FutexStats {}
+    // SAFETY: repr(C) integers and arrays of them with explicit padding fields: every bit pattern is a value.
     unsafe impl aya::Pod for FutexCall {}
 }
 

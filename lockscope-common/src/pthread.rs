@@ -133,9 +133,13 @@ pub const PTHREAD_SITES_MAX_ENTRIES: u32 = 65536;
 #[cfg(feature = "user")]
 mod pod {
     use super::*;
+    // SAFETY: repr(C) integers and arrays of them with explicit padding fields: every bit pattern is a value.
     unsafe impl aya::Pod for PthreadConfig {}
+    // SAFETY: repr(C) integers and arrays of them with explicit padding fields: every bit pattern is a value.
     unsafe impl aya::Pod for PthreadWaitEvent {}
+    // SAFETY: repr(C) integers and arrays of them with explicit padding fields: every bit pattern is a value.
     unsafe impl aya::Pod for PthreadSkipKey {}
+    // SAFETY: repr(C) integers and arrays of them with explicit padding fields: every bit pattern is a value.
     unsafe impl aya::Pod for PthreadSiteKey {}
 }
 

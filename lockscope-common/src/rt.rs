@@ -159,10 +159,16 @@ pub const LIVE_TASKS_MAX_ENTRIES: u32 = 65536;
 #[cfg(feature = "user")]
 mod pod {
     use super::*;
+    // SAFETY: repr(C) integers and arrays of them with explicit padding fields: every bit pattern is a value.
     unsafe impl aya::Pod for RtConfig {}
+    // SAFETY: repr(C) integers and arrays of them with explicit padding fields: every bit pattern is a value.
     unsafe impl aya::Pod for RtEvent {}
+    // SAFETY: repr(C) integers and arrays of them with explicit padding fields: every bit pattern is a value.
     unsafe impl aya::Pod for LockCpuKey {}
+    // SAFETY: repr(C) integers and arrays of them with explicit padding fields: every bit pattern is a value.
     unsafe impl aya::Pod for LockAcq {}
+    // SAFETY: repr(C) integers and arrays of them with explicit padding fields: every bit pattern is a value.
     unsafe impl aya::Pod for WaitTaskKey {}
+    // SAFETY: repr(C) integers and arrays of them with explicit padding fields: every bit pattern is a value.
     unsafe impl aya::Pod for LiveTask {}
 }

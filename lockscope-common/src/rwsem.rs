@@ -226,12 +226,18 @@ assert_size!(RwsemConfig, 24);
 
 #[cfg(feature = "user")]
 mod pod {
+    // SAFETY: repr(C) integers and arrays of them with explicit padding fields: every bit pattern is a value.
     unsafe impl aya::Pod for RwsemConfig {}
     use super::*;
+    // SAFETY: repr(C) integers and arrays of them with explicit padding fields: every bit pattern is a value.
     unsafe impl aya::Pod for RwsemEventKey {}
+    // SAFETY: repr(C) integers and arrays of them with explicit padding fields: every bit pattern is a value.
     unsafe impl aya::Pod for RwsemEventCounts {}
+    // SAFETY: repr(C) integers and arrays of them with explicit padding fields: every bit pattern is a value.
     unsafe impl aya::Pod for RwsemSlowpath {}
+    // SAFETY: repr(C) integers and arrays of them with explicit padding fields: every bit pattern is a value.
     unsafe impl aya::Pod for RwsemMarkWake {}
+    // SAFETY: repr(C) integers and arrays of them with explicit padding fields: every bit pattern is a value.
     unsafe impl aya::Pod for TrylockEntry {}
 }
 

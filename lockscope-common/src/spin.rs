@@ -315,12 +315,20 @@ pub fn starvation_record(w: &SpinWait, cpu: u32, wait_ns: u64, out: &mut SpinEpi
 #[cfg(feature = "user")]
 mod pod {
     use super::*;
+    // SAFETY: repr(C) integers and arrays of them with explicit padding fields: every bit pattern is a value.
     unsafe impl aya::Pod for SpinWatch {}
+    // SAFETY: repr(C) integers and arrays of them with explicit padding fields: every bit pattern is a value.
     unsafe impl aya::Pod for SpinParams {}
+    // SAFETY: repr(C) integers and arrays of them with explicit padding fields: every bit pattern is a value.
     unsafe impl aya::Pod for SpinConfig {}
+    // SAFETY: repr(C) integers and arrays of them with explicit padding fields: every bit pattern is a value.
     unsafe impl aya::Pod for SpinAcquirer {}
+    // SAFETY: repr(C) integers and arrays of them with explicit padding fields: every bit pattern is a value.
     unsafe impl aya::Pod for SpinWait {}
+    // SAFETY: repr(C) integers and arrays of them with explicit padding fields: every bit pattern is a value.
     unsafe impl aya::Pod for SpinHold {}
+    // SAFETY: repr(C) integers and arrays of them with explicit padding fields: every bit pattern is a value.
     unsafe impl aya::Pod for SpinPending {}
+    // SAFETY: repr(C) integers and arrays of them with explicit padding fields: every bit pattern is a value.
     unsafe impl aya::Pod for SpinEpisodeRecord {}
 }

@@ -60,13 +60,18 @@ pub fn remember_cgroup(tgid: u32) {
 /// The current process's name: its thread group leader's `comm` (thread names differ).
 #[inline(always)]
 pub fn current_process_comm(cfg: &ProbeConfig) -> [u8; 16] {
+    // SAFETY: a BPF helper without pointer arguments.
     let task = unsafe { bpf_get_current_task() };
     let leader: u64 =
+        // SAFETY: a checked read: a bad address gives an error, never a fault.
         unsafe { bpf_probe_read_kernel((task + cfg.off_task_group_leader as u64) as *const u64) }
             .unwrap_or(0);
     if leader != 0
         && let Ok(comm) =
-            unsafe { bpf_probe_read_kernel((leader + cfg.off_task_comm as u64) as *const [u8; 16]) }
+            // SAFETY: a checked read: a bad address gives an error, never a fault.
+            unsafe {
+                bpf_probe_read_kernel((leader + cfg.off_task_comm as u64) as *const [u8; 16])
+            }
     {
         return comm;
     }
@@ -83,6 +88,7 @@ pub fn count_n(slot: u32, n: u64) {
     if let Some(c) = COUNTERS.get_ptr_mut(slot) {
         // A per-CPU slot: only an interrupt on this CPU running another of our programs in
         // the middle of this add could race with it.
+        // SAFETY: a pointer to a live map value (for a per-CPU map, this CPU's slot), used before the program returns while no other reference to it exists.
         unsafe { *c += n };
     }
 }
@@ -93,9 +99,11 @@ pub fn current_is_target(cfg: &ProbeConfig) -> bool {
     match cfg.filter_mode {
         FILTER_TGIDS => {
             let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
+            // SAFETY: the value is only read here, before the program returns; map values stay valid while a program runs.
             unsafe { TARGETS.get(tgid).is_some() }
         }
         FILTER_CGROUP => {
+            // SAFETY: a BPF helper without pointer arguments.
             let id = unsafe { bpf_get_current_ancestor_cgroup_id(cfg.cgroup_level as i32) };
             id == cfg.cgroup_id
         }

@@ -499,10 +499,7 @@ impl Session {
         &self,
         locks: &mut Vec<crate::aggregate::LockEntry>,
         lost: &mut std::collections::BTreeMap<String, u64>,
-    ) -> anyhow::Result<(
-        spin::SpinSummary,
-        Option<Vec<crate::aggregate::rt::StarvationEpisode>>,
-    )> {
+    ) -> anyhow::Result<(spin::SpinSummary, Option<Vec<StarvationEpisode>>)> {
         let tier = &self.probes.spin;
         if !tier.active() {
             let why = tier.unavailable.as_deref().unwrap_or("not attached");

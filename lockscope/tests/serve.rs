@@ -231,6 +231,7 @@ fn renamed_bin(dir: &Path, name: &str) -> PathBuf {
 
 /// Send `signal` to serve and wait for it to exit 0; returns its stderr log.
 fn stop_serve(serve: &mut Guard, signal: i32, log: &Path) -> String {
+    // SAFETY: kill has no memory preconditions.
     assert_eq!(unsafe { libc::kill(serve.0.id() as i32, signal) }, 0);
     let status = wait_until("serve to exit", Duration::from_secs(15), || {
         serve.0.try_wait().unwrap()

@@ -427,12 +427,12 @@ fn cyclictest_worst(text: &str) -> Option<u64> {
 }
 
 /// cyclictest alone and beside a system-wide recording with latency tracing, alternating.
-fn realtime_case(ctx: &Ctx) -> Result<results::RealTime> {
+fn realtime_case(ctx: &Ctx) -> Result<RealTime> {
     let (runs, secs) = if ctx.quick { (1, "2") } else { (3, "6") };
     let args: Vec<String> = ["-S", "-p98", "-m", "-i2000", "-D", secs, "-q"]
         .map(String::from)
         .to_vec();
-    let mut rt = results::RealTime {
+    let mut rt = RealTime {
         cyclictest_args: args.clone(),
         ..Default::default()
     };
@@ -473,9 +473,9 @@ fn realtime_case(ctx: &Ctx) -> Result<results::RealTime> {
 }
 
 /// Wall time of `record -- true`, and of `serve` from SIGTERM to its exit.
-fn start_stop_case(ctx: &Ctx) -> Result<results::StartStop> {
+fn start_stop_case(ctx: &Ctx) -> Result<StartStop> {
     let runs = if ctx.quick { 1 } else { 3 };
-    let mut ss = results::StartStop::default();
+    let mut ss = StartStop::default();
     for i in 0..runs {
         let mut c = ctx.lockscope();
         c.args(["record", "--", "true"]);

@@ -101,6 +101,7 @@ fn on_begin(ctx: &BtfTracePointContext, lock: u64, flags: u32) {
         count(CNT_TYPE_FILTERED);
         return;
     }
+    // SAFETY: a BPF helper without pointer arguments.
     let now = unsafe { bpf_ktime_get_ns() };
     let tid = bpf_get_current_pid_tgid() as u32;
 
@@ -108,6 +109,7 @@ fn on_begin(ctx: &BtfTracePointContext, lock: u64, flags: u32) {
         // A mutex that spun first (MUTEX|SPIN) and then sleeps (MUTEX) reports a second
         // begin for the same lock: one wait, timed from the first begin.
         if let Some(w) = TASK_WAITS.get_ptr_mut(tid) {
+            // SAFETY: a pointer to a live map value (for a per-CPU map, this CPU's slot), used before the program returns while no other reference to it exists.
             let w = unsafe { &mut *w };
             if w.lock == lock {
                 w.flags = flags;
@@ -137,15 +139,18 @@ fn on_begin(ctx: &BtfTracePointContext, lock: u64, flags: u32) {
         let Some(depth) = CPU_WAIT_DEPTH.get_ptr_mut(0) else {
             return;
         };
+        // SAFETY: a pointer to a live map value (for a per-CPU map, this CPU's slot), used before the program returns while no other reference to it exists.
         let depth = unsafe { &mut *depth };
         drop_stale_waits(depth, now);
         match CPU_WAIT_SLOTS.get_ptr_mut(*depth) {
             Some(slot) => {
+                // SAFETY: a pointer to a live map value (for a per-CPU map, this CPU's slot), used before the program returns while no other reference to it exists.
                 unsafe { *slot = start };
                 let index = *depth;
                 *depth += 1;
                 name_lock(&cfg, lock);
                 let watched =
+                    // SAFETY: the value is only read here, before the program returns; map values stay valid while a program runs.
                     unsafe { LOCK_INFO.get(lock) }.is_some_and(|i| i.kind == LOCK_KIND_PI_LOCK);
                 crate::probes::rt::on_spin_begin(index, lock, watched);
                 remember_comm(&cfg);
@@ -197,6 +202,7 @@ pub fn forget_comm(tgid: u32) {
 #[inline(always)]
 fn remember_comm(cfg: &ProbeConfig) {
     let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
+    // SAFETY: the value is only read here, before the program returns; map values stay valid while a program runs.
     if unsafe { COMMS.get(tgid) }.is_none() {
         let comm = current_process_comm(cfg);
         let _ = COMMS.insert(tgid, comm, BPF_NOEXIST as u64);
@@ -227,15 +233,18 @@ fn kernel_stack(ctx: &BtfTracePointContext) -> u64 {
     let Some(buf) = STACK_SCRATCH.get_ptr_mut(0) else {
         return 0;
     };
-    let size = core::mem::size_of::<StackFrames>() as u32;
+    let size = size_of::<StackFrames>() as u32;
     // The kernel zero-fills the buffer past the frames it wrote.
+    // SAFETY: the offset is a field of this tracepoint's record, whose layout its format fixes.
     let n = unsafe { bpf_get_stack(ctx.as_ptr(), buf.cast(), size, 0) };
     if n <= 0 {
         count(CNT_LOST_STACK);
         return 0;
     }
+    // SAFETY: a pointer to a live map value (for a per-CPU map, this CPU's slot), used before the program returns while no other reference to it exists.
     let frames = unsafe { &*buf };
     let hash = stack_hash(frames);
+    // SAFETY: the value is only read here, before the program returns; map values stay valid while a program runs.
     if unsafe { STACKS.get(hash) }.is_none() {
         match STACKS.insert(hash, frames, BPF_NOEXIST as u64) {
             Ok(()) => count(CNT_STACKS_CREATED),
@@ -253,9 +262,11 @@ fn kernel_stack(ctx: &BtfTracePointContext) -> u64 {
 /// `pi_lock`, with the owning process, the first time we see it contended.
 #[inline(always)]
 fn name_lock(cfg: &ProbeConfig, lock: u64) {
+    // SAFETY: the value is only read here, before the program returns; map values stay valid while a program runs.
     if unsafe { LOCK_INFO.get(lock) }.is_some() {
         return;
     }
+    // SAFETY: a BPF helper without pointer arguments.
     let task = unsafe { bpf_get_current_task() };
     let kind = if lock == task + cfg.off_task_pi_lock as u64 {
         LOCK_KIND_PI_LOCK
@@ -303,12 +314,14 @@ fn name_other_task_pi_lock(lock: u64) {
 pub fn name_task_pi_lock(task: u64) {
     let cfg = CONFIG.load();
     let lock = task + cfg.off_task_pi_lock as u64;
+    // SAFETY: the value is only read here, before the program returns; map values stay valid while a program runs.
     if unsafe { LOCK_INFO.get(lock) }.is_some() {
         return;
     }
     let tgid = read_kernel(task + cfg.off_task_tgid as u64) as u32;
     let leader = read_kernel(task + cfg.off_task_group_leader as u64);
     let comm = if leader != 0 {
+        // SAFETY: a checked read: a bad address gives an error, never a fault.
         unsafe { bpf_probe_read_kernel((leader + cfg.off_task_comm as u64) as *const [u8; 16]) }
             .unwrap_or([0; 16])
     } else {
@@ -328,11 +341,13 @@ pub fn name_task_pi_lock(task: u64) {
 
 #[inline(always)]
 fn read_kernel(addr: u64) -> u64 {
+    // SAFETY: a checked read: a bad address gives an error, never a fault.
     unsafe { bpf_probe_read_kernel(addr as *const u64) }.unwrap_or(0)
 }
 
 #[inline(always)]
 fn on_end(lock: u64, ret: i32) {
+    // SAFETY: a BPF helper without pointer arguments.
     let now = unsafe { bpf_ktime_get_ns() };
 
     // A spinning wait on this CPU is the innermost one: look there first, from the top.
@@ -340,6 +355,7 @@ fn on_end(lock: u64, ret: i32) {
     // running on the CPU (the kernel skips a BPF program re-entered from an interrupt), so
     // it will never be matched. Drop it and count it.
     if let Some(depth) = CPU_WAIT_DEPTH.get_ptr_mut(0) {
+        // SAFETY: a pointer to a live map value (for a per-CPU map, this CPU's slot), used before the program returns while no other reference to it exists.
         let depth = unsafe { &mut *depth };
         let d = *depth;
         let mut found = CPU_WAIT_MAX_DEPTH;
@@ -367,6 +383,7 @@ fn on_end(lock: u64, ret: i32) {
     }
 
     let tid = bpf_get_current_pid_tgid() as u32;
+    // SAFETY: the value is only read here, before the program returns; map values stay valid while a program runs.
     if let Some(w) = unsafe { TASK_WAITS.get(tid) } {
         let w = *w;
         if w.lock == lock {
@@ -412,6 +429,7 @@ fn account(w: &WaitStart, now: u64, ret: i32) {
         count(CNT_LOST_STATS_FULL);
         return;
     };
+    // SAFETY: a pointer to a live map value (for a per-CPU map, this CPU's slot), used before the program returns while no other reference to it exists.
     let s = unsafe { &mut *s };
     let wait = now.saturating_sub(w.ts_ns);
     // Another CPU's slot of a per-CPU entry starts zeroed: min is valid only once counted.

@@ -74,12 +74,14 @@ const RET: usize = 16;
 #[inline(always)]
 fn arg(ctx: &TracePointContext, off: usize) -> u64 {
     // Direct context access: the verifier checks the offset against the event's size.
+    // SAFETY: the offset is a field of this tracepoint's record, whose layout its format fixes.
     unsafe { *(ctx.as_ptr() as *const u8).add(off).cast::<u64>() }
 }
 
 #[inline(always)]
 fn fcount(slot: u32) {
     if let Some(c) = FUTEX_COUNTERS.get_ptr_mut(slot) {
+        // SAFETY: a pointer to a live map value (for a per-CPU map, this CPU's slot), used before the program returns while no other reference to it exists.
         unsafe { *c += 1 };
     }
 }
@@ -170,6 +172,7 @@ pub fn futex_exit(ctx: TracePointContext) -> u32 {
 pub fn futex_restart_enter(_ctx: TracePointContext) -> u32 {
     let tid = bpf_get_current_pid_tgid() as u32;
     if let Some(c) = FUTEX_CALLS.get_ptr_mut(tid) {
+        // SAFETY: a pointer to a live map value (for a per-CPU map, this CPU's slot), used before the program returns while no other reference to it exists.
         let c = unsafe { &mut *c };
         if c.state == FUTEX_CALL_RESTART_BLOCK {
             c.state = FUTEX_CALL_ACTIVE;
@@ -191,8 +194,10 @@ pub fn futex_restart_exit(ctx: TracePointContext) -> u32 {
 fn waitv_entry(waiters: u64, i: u64) -> (u64, u32) {
     let elem = waiters + i * FUTEX_WAITV_SIZE;
     let uaddr: u64 =
+        // SAFETY: a checked read: a bad address gives an error, never a fault.
         unsafe { bpf_probe_read_user((elem + FUTEX_WAITV_UADDR_OFF) as *const u64) }.unwrap_or(0);
     let flags: u32 =
+        // SAFETY: a checked read: a bad address gives an error, never a fault.
         unsafe { bpf_probe_read_user((elem + FUTEX_WAITV_FLAGS_OFF) as *const u32) }.unwrap_or(0);
     (uaddr, flags)
 }
@@ -220,9 +225,11 @@ fn on_enter(uaddr: u64, cmd: u32, op: u32, waiters: u64, nr: u32, shared: bool) 
     fcount(FCNT_ENTER);
     let pid_tgid = bpf_get_current_pid_tgid();
     let tid = pid_tgid as u32;
+    // SAFETY: a BPF helper without pointer arguments.
     let now = unsafe { bpf_ktime_get_ns() };
 
     if let Some(prev) = FUTEX_CALLS.get_ptr_mut(tid) {
+        // SAFETY: a pointer to a live map value (for a per-CPU map, this CPU's slot), used before the program returns while no other reference to it exists.
         let prev = unsafe { &mut *prev };
         match futex_enter_action(Some(prev), cmd, uaddr, op) {
             FUTEX_ENTER_RESUME => {
@@ -248,6 +255,7 @@ fn on_enter(uaddr: u64, cmd: u32, op: u32, waiters: u64, nr: u32, shared: bool) 
     let mut pi_word = 0u32;
     let class = futex_class(cmd);
     if class == FUTEX_CLASS_LOCK_PI || class == FUTEX_CLASS_TRYLOCK_PI {
+        // SAFETY: a checked read: a bad address gives an error, never a fault.
         match unsafe { bpf_probe_read_user(uaddr as *const u32) } {
             Ok(w) => {
                 pi_word = w;
@@ -289,6 +297,7 @@ fn on_exit(ret: i64, from_restart_syscall: bool) {
         }
         return;
     };
+    // SAFETY: a pointer to a live map value (for a per-CPU map, this CPU's slot), used before the program returns while no other reference to it exists.
     let c = unsafe { &mut *c };
     match futex_exit_action(c.state, ret) {
         FUTEX_EXIT_RESTART_SAME => {
@@ -312,6 +321,7 @@ fn on_exit(ret: i64, from_restart_syscall: bool) {
     let call = *c;
     let _ = FUTEX_CALLS.remove(tid);
     fcount(FCNT_EXIT);
+    // SAFETY: a BPF helper without pointer arguments.
     let now = unsafe { bpf_ktime_get_ns() };
     account(&call, ret, now, false);
     // A wait (the only futex call a pthread lock makes): send it to be unwound, so the
@@ -356,6 +366,7 @@ fn account(call: &FutexCall, ret: i64, now: u64, unpaired: bool) {
             fcount(FCNT_STATS_CREATED);
         }
         stats = FUTEX_STATS.get_ptr_mut(key);
+        // SAFETY: the value is only read here, before the program returns; map values stay valid while a program runs.
         if unsafe { FUTEX_COMMS.get(call.tgid) }.is_none() {
             let cfg = CONFIG.load();
             let _ = FUTEX_COMMS.insert(call.tgid, current_process_comm(&cfg), 0);
@@ -366,6 +377,7 @@ fn account(call: &FutexCall, ret: i64, now: u64, unpaired: bool) {
         fcount(FCNT_LOST_STATS_FULL);
         return;
     };
+    // SAFETY: a pointer to a live map value (for a per-CPU map, this CPU's slot), used before the program returns while no other reference to it exists.
     let s = unsafe { &mut *s };
     if unpaired {
         s.unpaired += 1;
@@ -386,6 +398,7 @@ fn account(call: &FutexCall, ret: i64, now: u64, unpaired: bool) {
     {
         // This thread may be (or become) a PI owner: remember its name.
         let tid = bpf_get_current_pid_tgid() as u32;
+        // SAFETY: the value is only read here, before the program returns; map values stay valid while a program runs.
         if unsafe { FUTEX_COMMS.get(tid) }.is_none()
             && let Ok(comm) = bpf_get_current_comm()
         {

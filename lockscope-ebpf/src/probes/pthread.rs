@@ -115,6 +115,7 @@ pub fn send_wait(tgid: u32, uaddr: u64, wait_ns: u64, waited: u32) {
         PTHREAD_STACK_BYTES as u32
     } else if sp != 0
         // Near the top of the stack mapping: the last 256 bytes are still worth it.
+        // SAFETY: a checked read: a bad address gives an error, never a fault.
         && unsafe { bpf_probe_read_user_buf(sp as *const u8, &mut ev.stack[..256]) }.is_ok()
     {
         256

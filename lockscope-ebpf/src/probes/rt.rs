@@ -90,22 +90,26 @@ static RT_SCRATCH: PerCpuArray<RtEvent> = PerCpuArray::with_max_entries(1, 0);
 #[inline(always)]
 fn rt_count(slot: u32) {
     if let Some(c) = RT_COUNTERS.get_ptr_mut(slot) {
+        // SAFETY: a pointer to a live map value (for a per-CPU map, this CPU's slot), used before the program returns while no other reference to it exists.
         unsafe { *c += 1 };
     }
 }
 
 #[inline(always)]
 fn read_u64(addr: u64) -> u64 {
+    // SAFETY: a checked read: a bad address gives an error, never a fault.
     unsafe { bpf_probe_read_kernel(addr as *const u64) }.unwrap_or(0)
 }
 
 #[inline(always)]
 fn read_u32(addr: u64) -> u32 {
+    // SAFETY: a checked read: a bad address gives an error, never a fault.
     unsafe { bpf_probe_read_kernel(addr as *const u32) }.unwrap_or(0)
 }
 
 #[inline(always)]
 fn remember_task(task: u64) {
+    // SAFETY: the value is only read here, before the program returns; map values stay valid while a program runs.
     if task == 0 || unsafe { LIVE_TASKS.get(task) }.is_some() {
         return;
     }
@@ -123,6 +127,7 @@ fn remember_task(task: u64) {
 pub fn pi_lock_task(lock: u64) -> Option<(u64, LiveTask)> {
     let cfg = CONFIG.load();
     let task = lock.wrapping_sub(cfg.off_task_pi_lock as u64);
+    // SAFETY: the value is only read here, before the program returns; map values stay valid while a program runs.
     unsafe { LIVE_TASKS.get(task) }.map(|t| (task, *t))
 }
 
@@ -162,12 +167,16 @@ pub fn rt_hrtimer_expire_entry(ctx: BtfTracePointContext) -> i32 {
     let cfg = CONFIG.load();
     if cfg.filter_mode == FILTER_TGIDS {
         let tgid = read_u32(task + cfg.off_task_tgid as u64);
+        // SAFETY: the value is only read here, before the program returns; map values stay valid while a program runs.
         if unsafe { TARGETS.get(tgid) }.is_none() {
             return 0;
         }
     }
+    // SAFETY: a BPF helper without pointer arguments.
     let now = unsafe { bpf_ktime_get_ns() };
+    // SAFETY: a BPF helper without pointer arguments.
     let cpu = unsafe { bpf_get_smp_processor_id() } as u64;
+    // SAFETY: the value is only read here, before the program returns; map values stay valid while a program runs.
     if unsafe { RT_PENDING.get(task) }.is_some() {
         rt_count(RT_CNT_WAKEUP_REPLACED);
     }
@@ -185,11 +194,13 @@ pub fn rt_sched_switch(ctx: BtfTracePointContext) -> i32 {
     if rt.enabled == 0 {
         return 0;
     }
+    // SAFETY: the value is only read here, before the program returns; map values stay valid while a program runs.
     let Some(p) = (unsafe { RT_PENDING.get(next) }) else {
         return 0;
     };
     let [expiry, expiry_cpu] = *p;
     let _ = RT_PENDING.remove(next);
+    // SAFETY: a BPF helper without pointer arguments.
     let now = unsafe { bpf_ktime_get_ns() };
     let latency = now.saturating_sub(expiry);
     rt_count(RT_CNT_WAKEUPS);
@@ -200,9 +211,11 @@ pub fn rt_sched_switch(ctx: BtfTracePointContext) -> i32 {
     let Some(ev) = RT_SCRATCH.get_ptr_mut(0) else {
         return 0;
     };
+    // SAFETY: a pointer to a live map value (for a per-CPU map, this CPU's slot), used before the program returns while no other reference to it exists.
     let ev = unsafe { &mut *ev };
     let cfg = CONFIG.load();
     ev.kind = RT_EV_SPIKE;
+    // SAFETY: a BPF helper without pointer arguments.
     ev.cpu = unsafe { bpf_get_smp_processor_id() };
     ev.ts_ns = expiry;
     ev.dur_ns = latency;
@@ -210,6 +223,7 @@ pub fn rt_sched_switch(ctx: BtfTracePointContext) -> i32 {
     ev.tid = read_u32(next + rt.off_task_pid as u64);
     ev.tgid = read_u32(next + cfg.off_task_tgid as u64);
     ev.comm =
+        // SAFETY: a checked read: a bad address gives an error, never a fault.
         unsafe { bpf_probe_read_kernel((next + cfg.off_task_comm as u64) as *const [u8; 16]) }
             .unwrap_or([0; 16]);
     ev.flags = read_u32(next + rt.off_task_prio as u64);
@@ -243,6 +257,7 @@ fn on_wait_task(tracee: u64) {
     crate::probes::contention::name_task_pi_lock(tracee);
     let lock = tracee + cfg.off_task_pi_lock as u64;
     let pid_tgid = bpf_get_current_pid_tgid();
+    // SAFETY: a BPF helper without pointer arguments.
     let cpu = unsafe { bpf_get_smp_processor_id() };
     let tracee_tid = read_u32(tracee + rt.off_task_pid as u64);
     let key = WaitTaskKey {
@@ -253,11 +268,13 @@ fn on_wait_task(tracee: u64) {
         tracee_tid,
     };
     match WAIT_TASK_STATS.get_ptr_mut(key) {
+        // SAFETY: a pointer to a live map value (for a per-CPU map, this CPU's slot), used before the program returns while no other reference to it exists.
         Some(n) => unsafe { *n += 1 },
         None => {
             if let Err(e) = WAIT_TASK_STATS.insert(key, 1, BPF_NOEXIST as u64) {
                 if e == -17 {
                     if let Some(n) = WAIT_TASK_STATS.get_ptr_mut(key) {
+                        // SAFETY: a pointer to a live map value (for a per-CPU map, this CPU's slot), used before the program returns while no other reference to it exists.
                         unsafe { *n += 1 };
                     }
                 } else {
@@ -270,10 +287,12 @@ fn on_wait_task(tracee: u64) {
     if rt.enabled == 0 {
         return;
     }
+    // SAFETY: a BPF helper without pointer arguments.
     let now = unsafe { bpf_ktime_get_ns() };
     let Some(b) = WT_BURST.get_ptr_mut(0) else {
         return;
     };
+    // SAFETY: a pointer to a live map value (for a per-CPU map, this CPU's slot), used before the program returns while no other reference to it exists.
     let b = unsafe { &mut *b };
     if b.kind == RT_EV_WAIT_TASK
         && b.lock == lock
@@ -315,6 +334,7 @@ fn count_acquisition(lock: u64, cpu: u32, pid_tgid: u64) {
     let key = LockCpuKey { lock, cpu, _pad: 0 };
     match LOCK_ACQ.get_ptr_mut(key) {
         Some(a) => {
+            // SAFETY: a pointer to a live map value (for a per-CPU map, this CPU's slot), used before the program returns while no other reference to it exists.
             let a = unsafe { &mut *a };
             a.count += 1;
             a.last_tid = pid_tgid as u32;
@@ -341,6 +361,7 @@ pub fn on_spin_begin(slot: u32, lock: u64, watched: bool) {
     let Some(w) = WAIT_WATCH.get_ptr_mut(slot) else {
         return;
     };
+    // SAFETY: a pointer to a live map value (for a per-CPU map, this CPU's slot), used before the program returns while no other reference to it exists.
     let w = unsafe { &mut *w };
     let rt = RT_CONFIG.load();
     if !watched || rt.enabled == 0 {
@@ -354,6 +375,7 @@ pub fn on_spin_begin(slot: u32, lock: u64, watched: bool) {
             cpu: c as u32,
             _pad: 0,
         };
+        // SAFETY: the value is only read here, before the program returns; map values stay valid while a program runs.
         w[c] = unsafe { LOCK_ACQ.get(key) }.map(|a| a.count).unwrap_or(0);
     }
 }
@@ -368,6 +390,7 @@ pub fn on_spin_end(slot: u32, w: &WaitStart, now: u64) {
     };
     let watched = watch[RT_CPUS] == 1;
     let pid_tgid = bpf_get_current_pid_tgid();
+    // SAFETY: a BPF helper without pointer arguments.
     let cpu = unsafe { bpf_get_smp_processor_id() };
     if watched {
         count_acquisition(w.lock, cpu, pid_tgid);
@@ -381,6 +404,7 @@ pub fn on_spin_end(slot: u32, w: &WaitStart, now: u64) {
     let Some(ev) = RT_SCRATCH.get_ptr_mut(0) else {
         return;
     };
+    // SAFETY: a pointer to a live map value (for a per-CPU map, this CPU's slot), used before the program returns while no other reference to it exists.
     let ev = unsafe { &mut *ev };
     ev.kind = RT_EV_WAIT;
     ev.cpu = cpu;
@@ -404,6 +428,7 @@ pub fn on_spin_end(slot: u32, w: &WaitStart, now: u64) {
             cpu: c as u32,
             _pad: 0,
         };
+        // SAFETY: the value is only read here, before the program returns; map values stay valid while a program runs.
         if let Some(a) = unsafe { LOCK_ACQ.get(key) } {
             ev.foreign[c] = a.count.saturating_sub(watch[c]) as u32;
             ev.foreign_tid[c] = a.last_tid;

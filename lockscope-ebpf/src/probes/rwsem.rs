@@ -80,12 +80,14 @@ static ZERO_COUNTS: RwsemEventCounts = RwsemEventCounts {
 
 #[inline(always)]
 fn read_u64(addr: u64) -> u64 {
+    // SAFETY: a checked read: a bad address gives an error, never a fault.
     unsafe { bpf_probe_read_kernel(addr as *const u64) }.unwrap_or(0)
 }
 
 #[inline(always)]
 fn rwc(slot: u32) {
     if let Some(c) = RWSEM_COUNTERS.get_ptr_mut(slot) {
+        // SAFETY: a pointer to a live map value (for a per-CPU map, this CPU's slot), used before the program returns while no other reference to it exists.
         unsafe { *c += 1 };
     }
 }
@@ -119,6 +121,7 @@ fn count_event(sem: u64, side: u32, ev: u32) {
     }
     match slot {
         Some(s) => {
+            // SAFETY: a pointer to a live map value (for a per-CPU map, this CPU's slot), used before the program returns while no other reference to it exists.
             let s = unsafe { &mut *s };
             if let Some(n) = s.n.get_mut(ev) {
                 *n += 1;
@@ -148,6 +151,7 @@ fn slowpath_entry(sem: u64, count_arg: u64, side: u32) {
         flags |= SLOWPATH_STEAL;
     }
     let tid = bpf_get_current_pid_tgid() as u32;
+    // SAFETY: the value is only read here, before the program returns; map values stay valid while a program runs.
     if unsafe { SLOWPATHS.get(tid) }.is_some() {
         rwc(RWC_UNPAIRED_ENTRY);
     }
@@ -166,6 +170,7 @@ fn slowpath_entry(sem: u64, count_arg: u64, side: u32) {
 #[inline(always)]
 fn slowpath_exit(ret: u64, side: u32) {
     let tid = bpf_get_current_pid_tgid() as u32;
+    // SAFETY: the value is only read here, before the program returns; map values stay valid while a program runs.
     let Some(w) = (unsafe { SLOWPATHS.get(tid) }).copied() else {
         let cfg = CONFIG.load();
         if current_is_target(&cfg) {
@@ -205,6 +210,7 @@ pub fn on_contention_begin(tid: u32, lock: u64) {
     let Some(w) = SLOWPATHS.get_ptr_mut(tid) else {
         return;
     };
+    // SAFETY: a pointer to a live map value (for a per-CPU map, this CPU's slot), used before the program returns while no other reference to it exists.
     let w = unsafe { &mut *w };
     if w.sem != lock || w.flags & SLOWPATH_QUEUED != 0 {
         return;
@@ -278,6 +284,7 @@ fn spin_on_owner() {
     let Some(w) = SLOWPATHS.get_ptr_mut(tid) else {
         return;
     };
+    // SAFETY: a pointer to a live map value (for a per-CPU map, this CPU's slot), used before the program returns while no other reference to it exists.
     let w = unsafe { &mut *w };
     let want = SLOWPATH_QUEUED | SLOWPATH_HANDOFF_COUNTED;
     if w.side == SIDE_WRITE && w.flags & want == SLOWPATH_QUEUED {
@@ -302,6 +309,7 @@ pub fn rwsem_spin_on_owner_kprobe(_ctx: ProbeContext) -> u32 {
 #[inline(always)]
 fn on_schedule() {
     let tid = bpf_get_current_pid_tgid() as u32;
+    // SAFETY: the value is only read here, before the program returns; map values stay valid while a program runs.
     let Some(w) = (unsafe { SLOWPATHS.get(tid) }) else {
         return;
     };
@@ -338,12 +346,14 @@ fn mark_wake_entry(sem: u64, wake_type: u32) {
     let rc = RWSEM_CONFIG.load();
     let first = read_u64(sem + rc.off_wait_list as u64);
     let first_type: u32 =
+        // SAFETY: a checked read: a bad address gives an error, never a fault.
         unsafe { bpf_probe_read_kernel((first + rc.off_waiter_type as u64) as *const u32) }
             .unwrap_or(u32::MAX);
     if first_type == RWSEM_WAITING_FOR_WRITE && wake_type == RWSEM_WAKE_ANY {
         count_event(sem, SIDE_WRITE, EV_WAKE_WRITER as u32);
     }
     if let Some(slot) = MARK_WAKE.get_ptr_mut(0) {
+        // SAFETY: this CPU's slot of a per-CPU array, written whole before the program returns.
         unsafe {
             *slot = RwsemMarkWake {
                 sem,
@@ -361,10 +371,12 @@ fn mark_wake_exit(sem: u64) {
     let Some(slot) = MARK_WAKE.get_ptr_mut(0) else {
         return;
     };
+    // SAFETY: a pointer to a live map value (for a per-CPU map, this CPU's slot), used before the program returns while no other reference to it exists.
     let e = unsafe { *slot };
     if e.sem != sem || sem == 0 {
         return;
     }
+    // SAFETY: a pointer to a live map value (for a per-CPU map, this CPU's slot), used before the program returns while no other reference to it exists.
     unsafe { (*slot).sem = 0 };
     let rc = RWSEM_CONFIG.load();
     if e.first_type == RWSEM_WAITING_FOR_READ && read_u64(sem + rc.off_wait_list as u64) != e.first
@@ -435,6 +447,7 @@ pub fn down_write_trylock_fexit(ctx: FExitContext) -> i32 {
 #[inline(always)]
 fn trylock_kprobe(sem: u64, side: u32) {
     if let Some(slot) = TRYLOCK_ARG.get_ptr_mut(0) {
+        // SAFETY: this CPU's slot of a per-CPU array, written whole before the program returns.
         unsafe {
             *slot = TrylockEntry {
                 sem,

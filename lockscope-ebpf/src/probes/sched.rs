@@ -48,12 +48,14 @@ pub fn sched_process_fork(ctx: BtfTracePointContext) -> i32 {
     }
     let parent_tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
     let followed =
+        // SAFETY: the value is only read here, before the program returns; map values stay valid while a program runs.
         parent_tgid == cfg.launcher_tgid || unsafe { TARGETS.get(parent_tgid) }.is_some();
     if !followed {
         return 0;
     }
     let child: u64 = ctx.arg(1);
     let Ok(child_tgid) =
+        // SAFETY: a checked read: a bad address gives an error, never a fault.
         (unsafe { bpf_probe_read_kernel((child + cfg.off_task_tgid as u64) as *const u32) })
     else {
         return 0;

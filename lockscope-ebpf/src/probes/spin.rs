@@ -104,6 +104,7 @@ static EMPTY_STATS: ContentionStats = ContentionStats::EMPTY;
 #[inline(always)]
 fn spc(slot: u32) {
     if let Some(c) = SPIN_COUNTERS.get_ptr_mut(slot) {
+        // SAFETY: a pointer to a live map value (for a per-CPU map, this CPU's slot), used before the program returns while no other reference to it exists.
         unsafe { *c += 1 };
     }
 }
@@ -124,6 +125,7 @@ fn params() -> SpinParams {
 
 #[inline(always)]
 fn is_watched(lock: u64) -> bool {
+    // SAFETY: the value is only read here, before the program returns; map values stay valid while a program runs.
     unsafe { SPIN_WATCHED.get(lock) }.is_some()
 }
 
@@ -133,14 +135,17 @@ fn stack_of(ctx: *mut core::ffi::c_void) -> u64 {
     let Some(buf) = SPIN_STACK_SCRATCH.get_ptr_mut(0) else {
         return 0;
     };
-    let size = core::mem::size_of::<StackFrames>() as u32;
+    let size = size_of::<StackFrames>() as u32;
+    // SAFETY: `buf` is this CPU's scratch slot, `size` bytes long; the helper writes at most that.
     let n = unsafe { bpf_get_stack(ctx, buf.cast(), size, 0) };
     if n <= 0 {
         spc(SPC_LOST_STACK);
         return 0;
     }
+    // SAFETY: a pointer to a live map value (for a per-CPU map, this CPU's slot), used before the program returns while no other reference to it exists.
     let frames = unsafe { &*buf };
     let hash = stack_hash(frames);
+    // SAFETY: the value is only read here, before the program returns; map values stay valid while a program runs.
     if unsafe { SPIN_STACKS.get(hash) }.is_none() {
         match SPIN_STACKS.insert(hash, frames, BPF_NOEXIST as u64) {
             Ok(()) | Err(-17) => {}
@@ -165,6 +170,7 @@ fn account(map: &PerCpuHashMap<ContentionKey, ContentionStats>, key: ContentionK
         spc(SPC_LOST_STATS_FULL);
         return;
     };
+    // SAFETY: a pointer to a live map value (for a per-CPU map, this CPU's slot), used before the program returns while no other reference to it exists.
     let s = unsafe { &mut *s };
     if s.count == 0 || ns < s.min_ns {
         s.min_ns = ns;
@@ -186,6 +192,7 @@ fn account(map: &PerCpuHashMap<ContentionKey, ContentionStats>, key: ContentionK
 fn watch_task(task: u64) {
     let cfg = SPIN_CONFIG.load();
     let read_u32 = |off: u32| -> u32 {
+        // SAFETY: a checked read: a bad address gives an error, never a fault.
         unsafe { bpf_probe_read_kernel((task + off as u64) as *const u32) }.unwrap_or(0)
     };
     let w = SpinWatch {
@@ -193,6 +200,7 @@ fn watch_task(task: u64) {
         tgid: read_u32(cfg.off_task_tgid),
         kind: WATCH_PI_LOCK,
         _pad: 0,
+        // SAFETY: a checked read: a bad address gives an error, never a fault.
         comm: unsafe {
             bpf_probe_read_kernel((task + cfg.off_task_comm as u64) as *const [u8; 16])
         }
@@ -211,6 +219,7 @@ fn watch_task(task: u64) {
 #[unsafe(link_section = "iter/task")]
 pub fn spin_task_iter(ctx: *mut core::ffi::c_void) -> i32 {
     // struct bpf_iter__task { struct bpf_iter_meta *meta; struct task_struct *task; }
+    // SAFETY: an iter/task program's context is a `bpf_iter__task`: `task` is its second pointer.
     let task: u64 = unsafe { *(ctx as *const u64).add(1) };
     if task != 0 {
         watch_task(task);
@@ -232,8 +241,10 @@ pub fn spin_task_rename(ctx: BtfTracePointContext) -> i32 {
     let comm: u64 = ctx.arg(1);
     let cfg = SPIN_CONFIG.load();
     if let Some(w) = SPIN_WATCHED.get_ptr_mut(task + cfg.off_task_pi_lock as u64) {
+        // SAFETY: a pointer to a live map value (for a per-CPU map, this CPU's slot), used before the program returns while no other reference to it exists.
         let w = unsafe { &mut *w };
         let mut buf = [0u8; 16];
+        // SAFETY: a checked read: a bad address gives an error, never a fault.
         if unsafe { bpf_probe_read_kernel_str_bytes(comm as *const u8, &mut buf) }.is_ok() {
             w.comm = buf;
         }
@@ -246,6 +257,7 @@ pub fn spin_task_free(ctx: BtfTracePointContext) -> i32 {
     let task: u64 = ctx.arg(0);
     let cfg = SPIN_CONFIG.load();
     let lock = task + cfg.off_task_pi_lock as u64;
+    // SAFETY: the value is only read here, before the program returns; map values stay valid while a program runs.
     if let Some(w) = unsafe { SPIN_WATCHED.get(lock) } {
         let w = *w;
         let _ = SPIN_FREED.insert(lock, w, BPF_ANY as u64);
@@ -258,6 +270,7 @@ pub fn spin_task_free(ctx: BtfTracePointContext) -> i32 {
 
 #[inline(always)]
 fn cpu() -> u32 {
+    // SAFETY: a BPF helper without pointer arguments.
     unsafe { bpf_get_smp_processor_id() }
 }
 
@@ -271,6 +284,7 @@ fn wait_entry(ctx: *mut core::ffi::c_void, lock: u64, irq: u32, depth: u32) {
         spc(SPC_LOST_CPU_RANGE);
         return;
     };
+    // SAFETY: a pointer to a live map value (for a per-CPU map, this CPU's slot), used before the program returns while no other reference to it exists.
     let w = unsafe { &mut *w };
     if w.lock != 0 {
         spc(SPC_LOST_WAIT_NESTED);
@@ -280,6 +294,7 @@ fn wait_entry(ctx: *mut core::ffi::c_void, lock: u64, irq: u32, depth: u32) {
     wait_begin(
         w,
         lock,
+        // SAFETY: a BPF helper without pointer arguments.
         unsafe { bpf_ktime_get_ns() },
         id as u32,
         (id >> 32) as u32,
@@ -297,10 +312,12 @@ fn wait_exit(lock: u64, depth: u32) {
     let Some(w) = SPIN_WAITING.get_ptr_mut(c) else {
         return;
     };
+    // SAFETY: a pointer to a live map value (for a per-CPU map, this CPU's slot), used before the program returns while no other reference to it exists.
     let w = unsafe { &mut *w };
     if w.lock == 0 || (lock != 0 && w.lock != lock) || (lock == 0 && w.depth != depth) {
         return;
     }
+    // SAFETY: a BPF helper without pointer arguments.
     let wait_ns = unsafe { bpf_ktime_get_ns() }.saturating_sub(w.ts_ns);
     spc(SPC_WAITS);
     account(
@@ -323,6 +340,7 @@ fn wait_exit(lock: u64, depth: u32) {
 fn emit_starvation(w: &SpinWait, c: u32, wait_ns: u64) {
     match SPIN_EPISODES.reserve::<SpinEpisodeRecord>(0) {
         Some(mut e) => {
+            // SAFETY: a pointer to a live map value (for a per-CPU map, this CPU's slot), used before the program returns while no other reference to it exists.
             let rec = unsafe { &mut *e.as_mut_ptr() };
             starvation_record(w, c, wait_ns, rec);
             e.submit(0);
@@ -359,6 +377,7 @@ pub fn spin_pv_slowpath_fexit(ctx: FExitContext) -> i32 {
 #[inline(always)]
 fn call_depth(slot: u32, delta: i32) -> u32 {
     match SPIN_CALL_DEPTH.get_ptr_mut(slot) {
+        // SAFETY: a pointer to this CPU's slot of a per-CPU array, used before the program returns while no other reference to it exists.
         Some(d) => unsafe {
             if delta > 0 {
                 *d += 1;
@@ -375,6 +394,7 @@ fn call_depth(slot: u32, delta: i32) -> u32 {
 
 #[inline(always)]
 fn regs_irq(regs: *mut pt_regs) -> u32 {
+    // SAFETY: `regs` is the kprobe's context, which the verifier lets the program read.
     let flags: u64 = unsafe { (*regs).eflags };
     if flags & X86_EFLAGS_IF != 0 {
         IRQ_ON
@@ -407,6 +427,7 @@ pub fn spin_slowpath_kretprobe(_ctx: RetProbeContext) -> u32 {
 /// A watched lock was just acquired on this CPU (the caller checked it is watched).
 #[inline(never)]
 fn acquired(ctx: *mut core::ffi::c_void, lock: u64) {
+    // SAFETY: a BPF helper without pointer arguments.
     let now = unsafe { bpf_ktime_get_ns() };
     let c = cpu();
     let id = bpf_get_current_pid_tgid();
@@ -443,6 +464,7 @@ fn foreign_on(ctx: *mut core::ffi::c_void, other: u32, me: &SpinAcquirer) {
     let Some(w) = SPIN_WAITING.get_ptr_mut(other) else {
         return;
     };
+    // SAFETY: a pointer to a live map value (for a per-CPU map, this CPU's slot), used before the program returns while no other reference to it exists.
     let w = unsafe { &mut *w };
     if w.lock == 0 || w.lock != me.stack {
         return;
@@ -463,6 +485,7 @@ fn hold_begin(lock: u64, now: u64, tid: u32, tgid: u32) {
     let Some(depth) = SPIN_HELD.get_ptr_mut(0) else {
         return;
     };
+    // SAFETY: a pointer to a live map value (for a per-CPU map, this CPU's slot), used before the program returns while no other reference to it exists.
     let depth = unsafe { &mut *depth };
     // The same lock still in a slot: its release was missed. Reuse the slot.
     for i in 0..SPIN_HOLD_DEPTH {
@@ -470,6 +493,7 @@ fn hold_begin(lock: u64, now: u64, tid: u32, tgid: u32) {
             break;
         }
         if let Some(h) = SPIN_HOLDS.get_ptr_mut(i) {
+            // SAFETY: a pointer to a live map value (for a per-CPU map, this CPU's slot), used before the program returns while no other reference to it exists.
             let h = unsafe { &mut *h };
             if h.lock == lock {
                 spc(SPC_UNPAIRED_HOLD);
@@ -485,6 +509,7 @@ fn hold_begin(lock: u64, now: u64, tid: u32, tgid: u32) {
     }
     match SPIN_HOLDS.get_ptr_mut(*depth) {
         Some(h) => {
+            // SAFETY: this CPU's slot of a per-CPU array, written whole before the program returns.
             unsafe {
                 *h = SpinHold {
                     lock,
@@ -506,6 +531,7 @@ fn released(lock: u64) {
     let Some(depth) = SPIN_HELD.get_ptr_mut(0) else {
         return;
     };
+    // SAFETY: a pointer to a live map value (for a per-CPU map, this CPU's slot), used before the program returns while no other reference to it exists.
     let d = unsafe { *depth };
     if d == 0 {
         return;
@@ -538,12 +564,15 @@ fn released_slow(lock: u64, d: u32) {
     {
         let top = *top;
         if let Some(slot) = SPIN_HOLDS.get_ptr_mut(found) {
+            // SAFETY: a pointer to a live map value (for a per-CPU map, this CPU's slot), used before the program returns while no other reference to it exists.
             unsafe { *slot = top };
         }
     }
     if let Some(depth) = SPIN_HELD.get_ptr_mut(0) {
+        // SAFETY: a pointer to a live map value (for a per-CPU map, this CPU's slot), used before the program returns while no other reference to it exists.
         unsafe { *depth = d - 1 };
     }
+    // SAFETY: a BPF helper without pointer arguments.
     let now = unsafe { bpf_ktime_get_ns() };
     let hold_ns = now.saturating_sub(h.ts_ns);
     spc(SPC_HOLDS);
@@ -560,6 +589,7 @@ fn released_slow(lock: u64, d: u32) {
     if is_long_hold(hold_ns, &params()) {
         match SPIN_EPISODES.reserve::<SpinEpisodeRecord>(0) {
             Some(mut e) => {
+                // SAFETY: a pointer to a live map value (for a per-CPU map, this CPU's slot), used before the program returns while no other reference to it exists.
                 let rec = unsafe { &mut *e.as_mut_ptr() };
                 rec.kind = EPISODE_LONG_HOLD;
                 rec.cpu = cpu();
@@ -630,9 +660,11 @@ pub fn spin_lock_kprobe(ctx: ProbeContext) -> u32 {
     let Some(top) = SPIN_PENDING_TOP.get_ptr_mut(0) else {
         return 0;
     };
+    // SAFETY: a pointer to a live map value (for a per-CPU map, this CPU's slot), used before the program returns while no other reference to it exists.
     let top = unsafe { &mut *top };
     match SPIN_PENDING.get_ptr_mut(*top) {
         Some(p) => {
+            // SAFETY: this CPU's slot of a per-CPU array, written whole before the program returns.
             unsafe {
                 *p = SpinPending {
                     lock,
@@ -653,6 +685,7 @@ pub fn spin_lock_kretprobe(ctx: RetProbeContext) -> u32 {
     let Some(top) = SPIN_PENDING_TOP.get_ptr_mut(0) else {
         return 0;
     };
+    // SAFETY: a pointer to a live map value (for a per-CPU map, this CPU's slot), used before the program returns while no other reference to it exists.
     let top = unsafe { &mut *top };
     if *top == 0 {
         return 0;

@@ -505,7 +505,7 @@ impl SpinTier {
         let mut ring = ring.lock().unwrap_or_else(|e| e.into_inner());
         let mut out = self.episodes.lock().unwrap_or_else(|e| e.into_inner());
         while let Some(item) = ring.next() {
-            if item.len() < std::mem::size_of::<SpinEpisodeRecord>() {
+            if item.len() < size_of::<SpinEpisodeRecord>() {
                 *self.malformed.lock().unwrap_or_else(|e| e.into_inner()) += 1;
                 continue;
             }

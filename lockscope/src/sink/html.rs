@@ -512,7 +512,7 @@ pub fn rt_marks(rec: &Recording) -> Vec<RtMark> {
                 class: "spike",
                 label: format!(
                     "latency {} on cpu {} ({:?}), {}{}",
-                    crate::sink::report::fmt_ns(sp.latency_ns),
+                    fmt_ns(sp.latency_ns),
                     sp.cpu,
                     sp.source,
                     sp.task.comm,
@@ -537,7 +537,7 @@ pub fn rt_marks(rec: &Recording) -> Vec<RtMark> {
                     if e.probable { "probable " } else { "" },
                     e.lock,
                     e.cpu,
-                    crate::sink::report::fmt_ns(e.wait_ns),
+                    fmt_ns(e.wait_ns),
                     e.foreign_acquisitions
                 ),
             });

@@ -195,7 +195,7 @@ impl Folded for WaitStats {
         WaitStats::merge(self, o)
     }
     fn minus(&self, base: &Self) -> Self {
-        self::minus(self, base)
+        minus(self, base)
     }
     fn rank(&self) -> u64 {
         self.total_ns
@@ -416,7 +416,7 @@ impl Folded for FutexFigures {
     }
     fn minus(&self, base: &Self) -> Self {
         Self {
-            wait: self::minus(&self.wait, &base.wait),
+            wait: minus(&self.wait, &base.wait),
             wakes: self.wakes.saturating_sub(base.wakes),
         }
     }

@@ -168,7 +168,7 @@ mod tests {
 
     fn hammer(pi: bool) -> (u64, FutexCounts) {
         let word = Arc::new(AtomicU32::new(0));
-        let shared = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let shared = Arc::new(AtomicU64::new(0));
         let (w, s) = (word.clone(), shared.clone());
         let (counts, _) = run_threads("t", 4, 0.3, move |_, c| {
             let tid = gettid();

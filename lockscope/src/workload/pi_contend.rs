@@ -49,13 +49,8 @@ fn pin_here(one_cpu: Option<usize>) -> std::io::Result<()> {
 
 fn getaffinity(tid: u32, set: &mut libc::cpu_set_t) -> std::io::Result<()> {
     // SAFETY: `set` is a valid cpu_set_t of the size passed.
-    let r = unsafe {
-        libc::sched_getaffinity(
-            tid as libc::pid_t,
-            std::mem::size_of::<libc::cpu_set_t>(),
-            set,
-        )
-    };
+    let r =
+        unsafe { libc::sched_getaffinity(tid as libc::pid_t, size_of::<libc::cpu_set_t>(), set) };
     if r == 0 {
         Ok(())
     } else {
@@ -65,13 +60,8 @@ fn getaffinity(tid: u32, set: &mut libc::cpu_set_t) -> std::io::Result<()> {
 
 fn setaffinity(tid: u32, set: &libc::cpu_set_t) -> std::io::Result<()> {
     // SAFETY: `set` is a valid cpu_set_t of the size passed.
-    let r = unsafe {
-        libc::sched_setaffinity(
-            tid as libc::pid_t,
-            std::mem::size_of::<libc::cpu_set_t>(),
-            set,
-        )
-    };
+    let r =
+        unsafe { libc::sched_setaffinity(tid as libc::pid_t, size_of::<libc::cpu_set_t>(), set) };
     if r == 0 {
         Ok(())
     } else {

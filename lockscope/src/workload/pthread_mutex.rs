@@ -42,11 +42,13 @@ pub struct Mutex(UnsafeCell<libc::pthread_mutex_t>);
 // SAFETY: a pthread mutex is made to be shared between threads; it is only used through
 // pthread_mutex_lock/unlock and never moves (it lives in an Arc).
 unsafe impl Sync for Mutex {}
+// SAFETY: as above: the lock is not tied to the thread that made it.
 unsafe impl Send for Mutex {}
 
 pub struct RwLock(UnsafeCell<libc::pthread_rwlock_t>);
 // SAFETY: as for Mutex: used only through pthread_rwlock_*, never moved.
 unsafe impl Sync for RwLock {}
+// SAFETY: as above.
 unsafe impl Send for RwLock {}
 
 /// One lock/unlock of the mutex: the call site a recording names. Out of line and not

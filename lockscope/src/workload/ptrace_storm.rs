@@ -141,6 +141,7 @@ fn trace_once(pid: libc::pid_t, peeks: usize, c: &Counts) -> anyhow::Result<()> 
             for _ in 0..peeks {
                 // SAFETY: PEEKDATA returns the word; errors are reported through errno.
                 unsafe { *libc::__errno_location() = 0 };
+                // SAFETY: PEEKDATA on a stopped tracee; the address is only read by the kernel.
                 let w = unsafe { libc::ptrace(libc::PTRACE_PEEKDATA, pid, addr, null) };
                 if w == -1 && std::io::Error::last_os_error().raw_os_error() != Some(0) {
                     c.errors.fetch_add(1, Ordering::Relaxed);

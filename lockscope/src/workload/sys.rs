@@ -262,16 +262,16 @@ pub fn stop_requested() -> bool {
 /// and join them all. Returns the time they ran and the first error any of them
 /// returned (or that one panicked; `what` names the threads in that message).
 pub fn run_then_join(
-    duration: std::time::Duration,
-    stop: &std::sync::atomic::AtomicBool,
+    duration: Duration,
+    stop: &AtomicBool,
     handles: Vec<std::thread::JoinHandle<anyhow::Result<()>>>,
     what: &str,
-) -> (std::time::Duration, Option<anyhow::Error>) {
+) -> (Duration, Option<anyhow::Error>) {
     let t0 = std::time::Instant::now();
     while t0.elapsed() < duration && !stop_requested() {
-        std::thread::sleep(std::time::Duration::from_millis(50));
+        std::thread::sleep(Duration::from_millis(50));
     }
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    stop.store(true, Ordering::Relaxed);
     let elapsed = t0.elapsed();
     let mut first_err = None;
     for h in handles {

@@ -211,6 +211,7 @@ impl Drop for Background {
         if self.0.try_wait().ok().flatten().is_some() {
             return;
         }
+        // SAFETY: kill has no memory preconditions.
         unsafe { libc::kill(self.0.id() as i32, libc::SIGINT) };
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
         while std::time::Instant::now() < deadline {
