@@ -130,7 +130,7 @@ pub fn probable_starvation(
     waits
         .iter()
         .filter_map(|w| {
-            let foreign: u64 = w.foreign.iter().map(|a| a.count).sum();
+            let foreign = super::stats::saturating_sum(w.foreign.iter().map(|a| a.count));
             (w.wait_ns >= threshold_ns && foreign >= min_acquisitions).then(|| {
                 let mut acquirers: Vec<Acquirer> =
                     w.foreign.iter().filter(|a| a.count > 0).cloned().collect();

@@ -388,8 +388,8 @@ pub fn rates(prev: Option<&Recording>, cur: &Recording) -> Rates {
         })
         .collect();
 
-    let lost_total: u64 = cur.lost.values().sum();
-    let lost_before: u64 = base.lost.values().sum();
+    let lost_total = super::stats::saturating_sum(cur.lost.values().copied());
+    let lost_before = super::stats::saturating_sum(base.lost.values().copied());
     Rates {
         interval_s,
         since_start: prev.is_none(),

@@ -37,6 +37,11 @@ impl Default for WaitStats {
     }
 }
 
+/// Sum without wrapping: figures read from a file or a server may be anything.
+pub fn saturating_sum(values: impl IntoIterator<Item = u64>) -> u64 {
+    values.into_iter().fold(0, u64::saturating_add)
+}
+
 impl WaitStats {
     pub fn from_raw(raw: &ContentionStats) -> Self {
         Self {
@@ -73,12 +78,13 @@ impl WaitStats {
         } else {
             self.min_ns.min(other.min_ns)
         };
-        self.count += other.count;
-        self.failed += other.failed;
-        self.total_ns += other.total_ns;
+        // Saturating: figures read from a file or a server may be anything.
+        self.count = self.count.saturating_add(other.count);
+        self.failed = self.failed.saturating_add(other.failed);
+        self.total_ns = self.total_ns.saturating_add(other.total_ns);
         self.max_ns = self.max_ns.max(other.max_ns);
         for (a, b) in self.hist.iter_mut().zip(other.hist.iter()) {
-            *a += b;
+            *a = a.saturating_add(*b);
         }
     }
 
@@ -163,6 +169,24 @@ mod tests {
             s.merge(&one);
         }
         s
+    }
+
+    #[test]
+    fn merge_saturates_instead_of_wrapping() {
+        let mut a = WaitStats {
+            count: u64::MAX - 1,
+            total_ns: u64::MAX - 1,
+            min_ns: 1,
+            max_ns: 2,
+            ..Default::default()
+        };
+        a.hist[3] = u64::MAX;
+        let b = a.clone();
+        a.merge(&b);
+        assert_eq!(
+            (a.count, a.total_ns, a.hist[3]),
+            (u64::MAX, u64::MAX, u64::MAX)
+        );
     }
 
     #[test]

@@ -87,7 +87,7 @@ impl TimelineBuilder {
             })
             .filter(|(_, v)| v.iter().any(|&(c, _)| c > 0))
             .collect();
-        let weight = |v: &Vec<(u64, u64)>| v.iter().map(|&(_, w)| w).sum::<u64>();
+        let weight = |v: &Vec<(u64, u64)>| super::stats::saturating_sum(v.iter().map(|&(_, w)| w));
         all.sort_by(|a, b| weight(&b.1).cmp(&weight(&a.1)).then(a.0.cmp(&b.0)));
         let rest = if all.len() > MAX_SERIES {
             all.split_off(MAX_SERIES)

@@ -74,7 +74,7 @@ pub fn events_table(rec: &Recording, limit: usize) -> String {
         })
         .collect();
     let _ = writeln!(out, "system: {}", system.join(" "));
-    let lost: u64 = summary.lost.values().sum();
+    let lost = crate::aggregate::stats::saturating_sum(summary.lost.values().copied());
     if lost > 0 {
         let detail: Vec<String> = summary
             .lost

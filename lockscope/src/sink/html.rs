@@ -152,7 +152,7 @@ const PALETTE: [&str; TIMELINE_SERIES] = [
 pub fn render_html(rec: &Recording) -> anyhow::Result<String> {
     let m = model(rec);
     let mut h = String::new();
-    let lost: u64 = rec.lost.values().sum();
+    let lost = crate::aggregate::stats::saturating_sum(rec.lost.values().copied());
     let _ = write!(
         h,
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
@@ -278,7 +278,7 @@ fn modes_html(modes: &[(String, Option<u64>, bool)]) -> String {
             }
         );
     }
-    let total: u64 = known.iter().map(|k| k.1).sum();
+    let total = crate::aggregate::stats::saturating_sum(known.iter().map(|k| k.1));
     let (w, hgt) = (640.0, 22.0);
     let mut s = format!(
         "<svg class=\"modes\" width=\"{w}\" height=\"{}\" role=\"img\" aria-label=\"acquisition modes\">",

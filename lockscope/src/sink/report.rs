@@ -200,7 +200,7 @@ fn table(rec: &Recording, rows: &[Row], shown: usize, by: GroupBy) -> String {
         );
     }
     let lost: Vec<String> = rec.lost.iter().map(|(k, v)| format!("{k}={v}")).collect();
-    let total_lost: u64 = rec.lost.values().sum();
+    let total_lost = crate::aggregate::stats::saturating_sum(rec.lost.values().copied());
     let _ = writeln!(
         out,
         "lost: {} ({})",

@@ -58,7 +58,7 @@ pub fn spin_table(rec: &Recording, limit: usize) -> String {
     let limit = if limit == 0 { usize::MAX } else { limit };
     let mut out = String::new();
     let n = |k: &str| s.counts.get(k).copied().unwrap_or(0);
-    let lost: u64 = s.lost.values().sum();
+    let lost = crate::aggregate::stats::saturating_sum(s.lost.values().copied());
     let _ = writeln!(
         out,
         "\ndeep spinlock tier ({}): {} waits, {} holds, {} foreign acquisitions, {} episodes, \
