@@ -234,7 +234,11 @@ pub const CNT_STATS_CREATED: u32 = 12;
 pub const CNT_STACKS_CREATED: u32 = 13;
 /// Waits timed and counted without a stack walk (the stack budget was spent).
 pub const CNT_STACK_NOT_SAMPLED: u32 = 14;
-pub const COUNTERS_LEN: u32 = 15;
+/// Sleeping waits put in `TASK_WAITS` (new entries) and taken out by their end: created
+/// minus ended minus the entries live is what the LRU map evicted in flight.
+pub const CNT_TASK_WAITS_CREATED: u32 = 15;
+pub const CNT_TASK_WAITS_ENDED: u32 = 16;
+pub const COUNTERS_LEN: u32 = 17;
 
 /// Names of the `COUNTERS` slots, as shown in reports and metrics.
 pub const COUNTER_NAMES: [&str; COUNTERS_LEN as usize] = [
@@ -253,6 +257,8 @@ pub const COUNTER_NAMES: [&str; COUNTERS_LEN as usize] = [
     "stats_created",
     "stacks_created",
     "stack_not_sampled",
+    "task_waits_created",
+    "task_waits_ended",
 ];
 
 /// Map sizes (entries). Userspace may override them at load.

@@ -336,7 +336,10 @@ pub const FCNT_RESTART_ABANDONED: u32 = 7;
 /// Keys created in `FUTEX_STATS` (an LRU map: created minus live entries is what it
 /// evicted).
 pub const FCNT_STATS_CREATED: u32 = 8;
-pub const FUTEX_COUNTERS_LEN: u32 = 9;
+/// Calls put in `FUTEX_CALLS` (new entries; each final exit takes one out: `FCNT_EXIT`):
+/// created minus exits minus the entries live is what the LRU map evicted in flight.
+pub const FCNT_CALLS_CREATED: u32 = 9;
+pub const FUTEX_COUNTERS_LEN: u32 = 10;
 
 pub const FUTEX_COUNTER_NAMES: [&str; FUTEX_COUNTERS_LEN as usize] = [
     "enter",
@@ -348,6 +351,7 @@ pub const FUTEX_COUNTER_NAMES: [&str; FUTEX_COUNTERS_LEN as usize] = [
     "restarts",
     "restart_abandoned",
     "futex_stats_created",
+    "futex_calls_created",
 ];
 
 pub const FUTEX_STATS_MAX_ENTRIES: u32 = 16384;

@@ -88,7 +88,7 @@ pub fn count_n(slot: u32, n: u64) {
     if let Some(c) = COUNTERS.get_ptr_mut(slot) {
         // A per-CPU slot: only an interrupt on this CPU running another of our programs in
         // the middle of this add could race with it.
-        // SAFETY: a pointer to a live map value (for a per-CPU map, this CPU's slot), used before the program returns while no other reference to it exists.
+        // SAFETY: a live map value (per-CPU: this CPU's), used before the program returns, not aliased.
         unsafe { *c += n };
     }
 }
@@ -99,7 +99,7 @@ pub fn current_is_target(cfg: &ProbeConfig) -> bool {
     match cfg.filter_mode {
         FILTER_TGIDS => {
             let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
-            // SAFETY: the value is only read here, before the program returns; map values stay valid while a program runs.
+            // SAFETY: a map value, only read, before the program returns.
             unsafe { TARGETS.get(tgid).is_some() }
         }
         FILTER_CGROUP => {

@@ -201,6 +201,8 @@ pub struct Session {
     forgotten: std::cell::Cell<Forgotten>,
     /// User call sites of pthread locks: process maps kept past the processes' exits.
     user_names: UserNames,
+    /// The in-flight evictions last reported (a counter: never shown going down).
+    task_waits_evicted: std::cell::Cell<u64>,
     /// Cgroup ids -> paths, kept so a removed cgroup keeps its name.
     cgroup_names: std::cell::RefCell<CgroupNames>,
     /// The real-time probes' ring buffer and what was drained from it.
@@ -260,6 +262,7 @@ impl Session {
             forgotten: Default::default(),
             user_names,
             cgroup_names: Default::default(),
+            task_waits_evicted: Default::default(),
         })
     }
 
@@ -343,6 +346,10 @@ impl Session {
         self.fill_pthread(&mut raw.futex.pthread);
         let mut lost = lost_counts(&raw.counters);
         lost.insert("stats_evicted".to_owned(), stats_evicted(&raw));
+        let evicted = crate::aggregate::recording::task_waits_evicted(&raw)
+            .max(self.task_waits_evicted.get());
+        self.task_waits_evicted.set(evicted);
+        lost.insert("task_wait_evicted".to_owned(), evicted);
         lost.insert(
             "recursion_misses".to_owned(),
             crate::source::read_recursion_misses(self.probes.ebpf()),

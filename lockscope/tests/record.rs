@@ -487,3 +487,75 @@ fn go_tool_pprof_reads_the_profile_and_its_totals_match() {
     );
     assert_eq!(go(&["-raw"], &again).lines().count(), raw.lines().count());
 }
+
+/// In-flight waits an LRU map evicts before they end are lost, and counted as such:
+/// with the per-thread maps shrunk to a few entries, more threads wait at once than fit.
+#[test]
+fn in_flight_waits_evicted_from_lru_maps_are_counted_as_lost() {
+    let _serial = serial();
+    let dir = scratch("inflight-evicted");
+    let run = |sizes: &str, workload: &[&str], name: &str| -> Value {
+        let file = dir.join(name);
+        run_ok(
+            lockscope()
+                .env("LOCKSCOPE_TEST_MAP_SIZES", sizes)
+                .args(["record", "-o"])
+                .arg(&file)
+                .arg("--")
+                .arg(bin())
+                .args(workload),
+        );
+        read_json(&file)
+    };
+    // 32 threads sleeping on mmap_lock, 4 slots for sleeping waits.
+    let rec = run(
+        "TASK_WAITS=4",
+        &[
+            "workload",
+            "mmap-churn",
+            "--threads",
+            "32",
+            "--seconds",
+            "2",
+        ],
+        "churn.json",
+    );
+    let evicted = rec["lost"]["task_wait_evicted"].as_u64().unwrap();
+    let ev = &rec["events"];
+    assert!(evicted > 0, "{:#}", rec["lost"]);
+    // The probes are detached: exact. Each evicted wait's end came without its begin.
+    assert_eq!(ev["unpaired_end"].as_u64(), Some(evicted), "{ev}");
+    assert_eq!(
+        ev["begin"].as_u64().unwrap(),
+        ev["end"].as_u64().unwrap()
+            + evicted
+            + ev["in_progress_at_end"].as_u64().unwrap()
+            + ev["type_filtered"].as_u64().unwrap(),
+        "{ev}"
+    );
+
+    // 32 threads in futex calls, 16 slots for calls in flight.
+    let rec = run(
+        "FUTEX_CALLS=16",
+        &[
+            "workload",
+            "futex-mutex",
+            "--threads",
+            "32",
+            "--seconds",
+            "2",
+            "--load",
+            "300",
+        ],
+        "futex.json",
+    );
+    let evicted = rec["lost"]["futex_calls_evicted"].as_u64().unwrap();
+    let f = &rec["futex_events"];
+    assert!(evicted > 0, "{:#}", rec["lost"]);
+    assert_eq!(f["unpaired_exit"].as_u64(), Some(evicted), "{f}");
+    assert_eq!(
+        f["enter"].as_u64().unwrap(),
+        f["exit"].as_u64().unwrap() + evicted + f["in_progress_at_end"].as_u64().unwrap(),
+        "{f}"
+    );
+}

@@ -105,11 +105,13 @@ fn on_begin(ctx: &BtfTracePointContext, lock: u64, flags: u32) {
     let now = unsafe { bpf_ktime_get_ns() };
     let tid = bpf_get_current_pid_tgid() as u32;
 
+    let mut replaces = false;
     if !is_spinning_wait(flags) {
         // A mutex that spun first (MUTEX|SPIN) and then sleeps (MUTEX) reports a second
         // begin for the same lock: one wait, timed from the first begin.
         if let Some(w) = TASK_WAITS.get_ptr_mut(tid) {
-            // SAFETY: a pointer to a live map value (for a per-CPU map, this CPU's slot), used before the program returns while no other reference to it exists.
+            replaces = true;
+            // SAFETY: a live map value (per-CPU: this CPU's), used before the program returns, not aliased.
             let w = unsafe { &mut *w };
             if w.lock == lock {
                 w.flags = flags;
@@ -139,18 +141,18 @@ fn on_begin(ctx: &BtfTracePointContext, lock: u64, flags: u32) {
         let Some(depth) = CPU_WAIT_DEPTH.get_ptr_mut(0) else {
             return;
         };
-        // SAFETY: a pointer to a live map value (for a per-CPU map, this CPU's slot), used before the program returns while no other reference to it exists.
+        // SAFETY: a live map value (per-CPU: this CPU's), used before the program returns, not aliased.
         let depth = unsafe { &mut *depth };
         drop_stale_waits(depth, now);
         match CPU_WAIT_SLOTS.get_ptr_mut(*depth) {
             Some(slot) => {
-                // SAFETY: a pointer to a live map value (for a per-CPU map, this CPU's slot), used before the program returns while no other reference to it exists.
+                // SAFETY: a live map value (per-CPU: this CPU's), used before the program returns, not aliased.
                 unsafe { *slot = start };
                 let index = *depth;
                 *depth += 1;
                 name_lock(&cfg, lock);
                 let watched =
-                    // SAFETY: the value is only read here, before the program returns; map values stay valid while a program runs.
+                    // SAFETY: a map value, only read, before the program returns.
                     unsafe { LOCK_INFO.get(lock) }.is_some_and(|i| i.kind == LOCK_KIND_PI_LOCK);
                 crate::probes::rt::on_spin_begin(index, lock, watched);
                 remember_comm(&cfg);
@@ -163,6 +165,8 @@ fn on_begin(ctx: &BtfTracePointContext, lock: u64, flags: u32) {
         }
     } else if TASK_WAITS.insert(tid, start, 0).is_err() {
         count(CNT_LOST_TASK_WAIT_FULL);
+    } else if !replaces {
+        count(CNT_TASK_WAITS_CREATED);
     }
 
     name_lock(&cfg, lock);
@@ -202,7 +206,7 @@ pub fn forget_comm(tgid: u32) {
 #[inline(always)]
 fn remember_comm(cfg: &ProbeConfig) {
     let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
-    // SAFETY: the value is only read here, before the program returns; map values stay valid while a program runs.
+    // SAFETY: a map value, only read, before the program returns.
     if unsafe { COMMS.get(tgid) }.is_none() {
         let comm = current_process_comm(cfg);
         let _ = COMMS.insert(tgid, comm, BPF_NOEXIST as u64);
@@ -241,10 +245,10 @@ fn kernel_stack(ctx: &BtfTracePointContext) -> u64 {
         count(CNT_LOST_STACK);
         return 0;
     }
-    // SAFETY: a pointer to a live map value (for a per-CPU map, this CPU's slot), used before the program returns while no other reference to it exists.
+    // SAFETY: a live map value (per-CPU: this CPU's), used before the program returns, not aliased.
     let frames = unsafe { &*buf };
     let hash = stack_hash(frames);
-    // SAFETY: the value is only read here, before the program returns; map values stay valid while a program runs.
+    // SAFETY: a map value, only read, before the program returns.
     if unsafe { STACKS.get(hash) }.is_none() {
         match STACKS.insert(hash, frames, BPF_NOEXIST as u64) {
             Ok(()) => count(CNT_STACKS_CREATED),
@@ -262,7 +266,7 @@ fn kernel_stack(ctx: &BtfTracePointContext) -> u64 {
 /// `pi_lock`, with the owning process, the first time we see it contended.
 #[inline(always)]
 fn name_lock(cfg: &ProbeConfig, lock: u64) {
-    // SAFETY: the value is only read here, before the program returns; map values stay valid while a program runs.
+    // SAFETY: a map value, only read, before the program returns.
     if unsafe { LOCK_INFO.get(lock) }.is_some() {
         return;
     }
@@ -314,7 +318,7 @@ fn name_other_task_pi_lock(lock: u64) {
 pub fn name_task_pi_lock(task: u64) {
     let cfg = CONFIG.load();
     let lock = task + cfg.off_task_pi_lock as u64;
-    // SAFETY: the value is only read here, before the program returns; map values stay valid while a program runs.
+    // SAFETY: a map value, only read, before the program returns.
     if unsafe { LOCK_INFO.get(lock) }.is_some() {
         return;
     }
@@ -355,7 +359,7 @@ fn on_end(lock: u64, ret: i32) {
     // running on the CPU (the kernel skips a BPF program re-entered from an interrupt), so
     // it will never be matched. Drop it and count it.
     if let Some(depth) = CPU_WAIT_DEPTH.get_ptr_mut(0) {
-        // SAFETY: a pointer to a live map value (for a per-CPU map, this CPU's slot), used before the program returns while no other reference to it exists.
+        // SAFETY: a live map value (per-CPU: this CPU's), used before the program returns, not aliased.
         let depth = unsafe { &mut *depth };
         let d = *depth;
         let mut found = CPU_WAIT_MAX_DEPTH;
@@ -383,11 +387,13 @@ fn on_end(lock: u64, ret: i32) {
     }
 
     let tid = bpf_get_current_pid_tgid() as u32;
-    // SAFETY: the value is only read here, before the program returns; map values stay valid while a program runs.
+    // SAFETY: a map value, only read, before the program returns.
     if let Some(w) = unsafe { TASK_WAITS.get(tid) } {
         let w = *w;
         if w.lock == lock {
-            let _ = TASK_WAITS.remove(tid);
+            if TASK_WAITS.remove(tid).is_ok() {
+                count(CNT_TASK_WAITS_ENDED);
+            }
             account(&w, now, ret);
             return;
         }
@@ -429,7 +435,7 @@ fn account(w: &WaitStart, now: u64, ret: i32) {
         count(CNT_LOST_STATS_FULL);
         return;
     };
-    // SAFETY: a pointer to a live map value (for a per-CPU map, this CPU's slot), used before the program returns while no other reference to it exists.
+    // SAFETY: a live map value (per-CPU: this CPU's), used before the program returns, not aliased.
     let s = unsafe { &mut *s };
     let wait = now.saturating_sub(w.ts_ns);
     // Another CPU's slot of a per-CPU entry starts zeroed: min is valid only once counted.

@@ -81,7 +81,7 @@ fn arg(ctx: &TracePointContext, off: usize) -> u64 {
 #[inline(always)]
 fn fcount(slot: u32) {
     if let Some(c) = FUTEX_COUNTERS.get_ptr_mut(slot) {
-        // SAFETY: a pointer to a live map value (for a per-CPU map, this CPU's slot), used before the program returns while no other reference to it exists.
+        // SAFETY: a live map value (per-CPU: this CPU's), used before the program returns, not aliased.
         unsafe { *c += 1 };
     }
 }
@@ -172,7 +172,7 @@ pub fn futex_exit(ctx: TracePointContext) -> u32 {
 pub fn futex_restart_enter(_ctx: TracePointContext) -> u32 {
     let tid = bpf_get_current_pid_tgid() as u32;
     if let Some(c) = FUTEX_CALLS.get_ptr_mut(tid) {
-        // SAFETY: a pointer to a live map value (for a per-CPU map, this CPU's slot), used before the program returns while no other reference to it exists.
+        // SAFETY: a live map value (per-CPU: this CPU's), used before the program returns, not aliased.
         let c = unsafe { &mut *c };
         if c.state == FUTEX_CALL_RESTART_BLOCK {
             c.state = FUTEX_CALL_ACTIVE;
@@ -228,8 +228,9 @@ fn on_enter(uaddr: u64, cmd: u32, op: u32, waiters: u64, nr: u32, shared: bool) 
     // SAFETY: a BPF helper without pointer arguments.
     let now = unsafe { bpf_ktime_get_ns() };
 
-    if let Some(prev) = FUTEX_CALLS.get_ptr_mut(tid) {
-        // SAFETY: a pointer to a live map value (for a per-CPU map, this CPU's slot), used before the program returns while no other reference to it exists.
+    let replaces = FUTEX_CALLS.get_ptr_mut(tid);
+    if let Some(prev) = replaces {
+        // SAFETY: a live map value (per-CPU: this CPU's), used before the program returns, not aliased.
         let prev = unsafe { &mut *prev };
         match futex_enter_action(Some(prev), cmd, uaddr, op) {
             FUTEX_ENTER_RESUME => {
@@ -279,6 +280,8 @@ fn on_enter(uaddr: u64, cmd: u32, op: u32, waiters: u64, nr: u32, shared: bool) 
     };
     if FUTEX_CALLS.insert(tid, call, 0).is_err() {
         fcount(FCNT_LOST_CALL_FULL);
+    } else if replaces.is_none() {
+        fcount(FCNT_CALLS_CREATED);
     }
 }
 
@@ -297,7 +300,7 @@ fn on_exit(ret: i64, from_restart_syscall: bool) {
         }
         return;
     };
-    // SAFETY: a pointer to a live map value (for a per-CPU map, this CPU's slot), used before the program returns while no other reference to it exists.
+    // SAFETY: a live map value (per-CPU: this CPU's), used before the program returns, not aliased.
     let c = unsafe { &mut *c };
     match futex_exit_action(c.state, ret) {
         FUTEX_EXIT_RESTART_SAME => {
@@ -366,7 +369,7 @@ fn account(call: &FutexCall, ret: i64, now: u64, unpaired: bool) {
             fcount(FCNT_STATS_CREATED);
         }
         stats = FUTEX_STATS.get_ptr_mut(key);
-        // SAFETY: the value is only read here, before the program returns; map values stay valid while a program runs.
+        // SAFETY: a map value, only read, before the program returns.
         if unsafe { FUTEX_COMMS.get(call.tgid) }.is_none() {
             let cfg = CONFIG.load();
             let _ = FUTEX_COMMS.insert(call.tgid, current_process_comm(&cfg), 0);
@@ -377,7 +380,7 @@ fn account(call: &FutexCall, ret: i64, now: u64, unpaired: bool) {
         fcount(FCNT_LOST_STATS_FULL);
         return;
     };
-    // SAFETY: a pointer to a live map value (for a per-CPU map, this CPU's slot), used before the program returns while no other reference to it exists.
+    // SAFETY: a live map value (per-CPU: this CPU's), used before the program returns, not aliased.
     let s = unsafe { &mut *s };
     if unpaired {
         s.unpaired += 1;
@@ -398,7 +401,7 @@ fn account(call: &FutexCall, ret: i64, now: u64, unpaired: bool) {
     {
         // This thread may be (or become) a PI owner: remember its name.
         let tid = bpf_get_current_pid_tgid() as u32;
-        // SAFETY: the value is only read here, before the program returns; map values stay valid while a program runs.
+        // SAFETY: a map value, only read, before the program returns.
         if unsafe { FUTEX_COMMS.get(tid) }.is_none()
             && let Ok(comm) = bpf_get_current_comm()
         {

@@ -90,7 +90,7 @@ static RT_SCRATCH: PerCpuArray<RtEvent> = PerCpuArray::with_max_entries(1, 0);
 #[inline(always)]
 fn rt_count(slot: u32) {
     if let Some(c) = RT_COUNTERS.get_ptr_mut(slot) {
-        // SAFETY: a pointer to a live map value (for a per-CPU map, this CPU's slot), used before the program returns while no other reference to it exists.
+        // SAFETY: a live map value (per-CPU: this CPU's), used before the program returns, not aliased.
         unsafe { *c += 1 };
     }
 }
@@ -109,7 +109,7 @@ fn read_u32(addr: u64) -> u32 {
 
 #[inline(always)]
 fn remember_task(task: u64) {
-    // SAFETY: the value is only read here, before the program returns; map values stay valid while a program runs.
+    // SAFETY: a map value, only read, before the program returns.
     if task == 0 || unsafe { LIVE_TASKS.get(task) }.is_some() {
         return;
     }
@@ -127,7 +127,7 @@ fn remember_task(task: u64) {
 pub fn pi_lock_task(lock: u64) -> Option<(u64, LiveTask)> {
     let cfg = CONFIG.load();
     let task = lock.wrapping_sub(cfg.off_task_pi_lock as u64);
-    // SAFETY: the value is only read here, before the program returns; map values stay valid while a program runs.
+    // SAFETY: a map value, only read, before the program returns.
     unsafe { LIVE_TASKS.get(task) }.map(|t| (task, *t))
 }
 
@@ -167,7 +167,7 @@ pub fn rt_hrtimer_expire_entry(ctx: BtfTracePointContext) -> i32 {
     let cfg = CONFIG.load();
     if cfg.filter_mode == FILTER_TGIDS {
         let tgid = read_u32(task + cfg.off_task_tgid as u64);
-        // SAFETY: the value is only read here, before the program returns; map values stay valid while a program runs.
+        // SAFETY: a map value, only read, before the program returns.
         if unsafe { TARGETS.get(tgid) }.is_none() {
             return 0;
         }
@@ -176,7 +176,7 @@ pub fn rt_hrtimer_expire_entry(ctx: BtfTracePointContext) -> i32 {
     let now = unsafe { bpf_ktime_get_ns() };
     // SAFETY: a BPF helper without pointer arguments.
     let cpu = unsafe { bpf_get_smp_processor_id() } as u64;
-    // SAFETY: the value is only read here, before the program returns; map values stay valid while a program runs.
+    // SAFETY: a map value, only read, before the program returns.
     if unsafe { RT_PENDING.get(task) }.is_some() {
         rt_count(RT_CNT_WAKEUP_REPLACED);
     }
@@ -194,7 +194,7 @@ pub fn rt_sched_switch(ctx: BtfTracePointContext) -> i32 {
     if rt.enabled == 0 {
         return 0;
     }
-    // SAFETY: the value is only read here, before the program returns; map values stay valid while a program runs.
+    // SAFETY: a map value, only read, before the program returns.
     let Some(p) = (unsafe { RT_PENDING.get(next) }) else {
         return 0;
     };
@@ -211,7 +211,7 @@ pub fn rt_sched_switch(ctx: BtfTracePointContext) -> i32 {
     let Some(ev) = RT_SCRATCH.get_ptr_mut(0) else {
         return 0;
     };
-    // SAFETY: a pointer to a live map value (for a per-CPU map, this CPU's slot), used before the program returns while no other reference to it exists.
+    // SAFETY: a live map value (per-CPU: this CPU's), used before the program returns, not aliased.
     let ev = unsafe { &mut *ev };
     let cfg = CONFIG.load();
     ev.kind = RT_EV_SPIKE;
@@ -268,13 +268,13 @@ fn on_wait_task(tracee: u64) {
         tracee_tid,
     };
     match WAIT_TASK_STATS.get_ptr_mut(key) {
-        // SAFETY: a pointer to a live map value (for a per-CPU map, this CPU's slot), used before the program returns while no other reference to it exists.
+        // SAFETY: a live map value (per-CPU: this CPU's), used before the program returns, not aliased.
         Some(n) => unsafe { *n += 1 },
         None => {
             if let Err(e) = WAIT_TASK_STATS.insert(key, 1, BPF_NOEXIST as u64) {
                 if e == -17 {
                     if let Some(n) = WAIT_TASK_STATS.get_ptr_mut(key) {
-                        // SAFETY: a pointer to a live map value (for a per-CPU map, this CPU's slot), used before the program returns while no other reference to it exists.
+                        // SAFETY: a live map value (per-CPU: this CPU's), used before the program returns, not aliased.
                         unsafe { *n += 1 };
                     }
                 } else {
@@ -292,7 +292,7 @@ fn on_wait_task(tracee: u64) {
     let Some(b) = WT_BURST.get_ptr_mut(0) else {
         return;
     };
-    // SAFETY: a pointer to a live map value (for a per-CPU map, this CPU's slot), used before the program returns while no other reference to it exists.
+    // SAFETY: a live map value (per-CPU: this CPU's), used before the program returns, not aliased.
     let b = unsafe { &mut *b };
     if b.kind == RT_EV_WAIT_TASK
         && b.lock == lock
@@ -334,7 +334,7 @@ fn count_acquisition(lock: u64, cpu: u32, pid_tgid: u64) {
     let key = LockCpuKey { lock, cpu, _pad: 0 };
     match LOCK_ACQ.get_ptr_mut(key) {
         Some(a) => {
-            // SAFETY: a pointer to a live map value (for a per-CPU map, this CPU's slot), used before the program returns while no other reference to it exists.
+            // SAFETY: a live map value (per-CPU: this CPU's), used before the program returns, not aliased.
             let a = unsafe { &mut *a };
             a.count += 1;
             a.last_tid = pid_tgid as u32;
@@ -361,7 +361,7 @@ pub fn on_spin_begin(slot: u32, lock: u64, watched: bool) {
     let Some(w) = WAIT_WATCH.get_ptr_mut(slot) else {
         return;
     };
-    // SAFETY: a pointer to a live map value (for a per-CPU map, this CPU's slot), used before the program returns while no other reference to it exists.
+    // SAFETY: a live map value (per-CPU: this CPU's), used before the program returns, not aliased.
     let w = unsafe { &mut *w };
     let rt = RT_CONFIG.load();
     if !watched || rt.enabled == 0 {
@@ -375,7 +375,7 @@ pub fn on_spin_begin(slot: u32, lock: u64, watched: bool) {
             cpu: c as u32,
             _pad: 0,
         };
-        // SAFETY: the value is only read here, before the program returns; map values stay valid while a program runs.
+        // SAFETY: a map value, only read, before the program returns.
         w[c] = unsafe { LOCK_ACQ.get(key) }.map(|a| a.count).unwrap_or(0);
     }
 }
@@ -404,7 +404,7 @@ pub fn on_spin_end(slot: u32, w: &WaitStart, now: u64) {
     let Some(ev) = RT_SCRATCH.get_ptr_mut(0) else {
         return;
     };
-    // SAFETY: a pointer to a live map value (for a per-CPU map, this CPU's slot), used before the program returns while no other reference to it exists.
+    // SAFETY: a live map value (per-CPU: this CPU's), used before the program returns, not aliased.
     let ev = unsafe { &mut *ev };
     ev.kind = RT_EV_WAIT;
     ev.cpu = cpu;
@@ -428,7 +428,7 @@ pub fn on_spin_end(slot: u32, w: &WaitStart, now: u64) {
             cpu: c as u32,
             _pad: 0,
         };
-        // SAFETY: the value is only read here, before the program returns; map values stay valid while a program runs.
+        // SAFETY: a map value, only read, before the program returns.
         if let Some(a) = unsafe { LOCK_ACQ.get(key) } {
             ev.foreign[c] = a.count.saturating_sub(watch[c]) as u32;
             ev.foreign_tid[c] = a.last_tid;

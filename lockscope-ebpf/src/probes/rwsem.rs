@@ -87,7 +87,7 @@ fn read_u64(addr: u64) -> u64 {
 #[inline(always)]
 fn rwc(slot: u32) {
     if let Some(c) = RWSEM_COUNTERS.get_ptr_mut(slot) {
-        // SAFETY: a pointer to a live map value (for a per-CPU map, this CPU's slot), used before the program returns while no other reference to it exists.
+        // SAFETY: a live map value (per-CPU: this CPU's), used before the program returns, not aliased.
         unsafe { *c += 1 };
     }
 }
@@ -121,7 +121,7 @@ fn count_event(sem: u64, side: u32, ev: u32) {
     }
     match slot {
         Some(s) => {
-            // SAFETY: a pointer to a live map value (for a per-CPU map, this CPU's slot), used before the program returns while no other reference to it exists.
+            // SAFETY: a live map value (per-CPU: this CPU's), used before the program returns, not aliased.
             let s = unsafe { &mut *s };
             if let Some(n) = s.n.get_mut(ev) {
                 *n += 1;
@@ -151,7 +151,7 @@ fn slowpath_entry(sem: u64, count_arg: u64, side: u32) {
         flags |= SLOWPATH_STEAL;
     }
     let tid = bpf_get_current_pid_tgid() as u32;
-    // SAFETY: the value is only read here, before the program returns; map values stay valid while a program runs.
+    // SAFETY: a map value, only read, before the program returns.
     if unsafe { SLOWPATHS.get(tid) }.is_some() {
         rwc(RWC_UNPAIRED_ENTRY);
     }
@@ -170,7 +170,7 @@ fn slowpath_entry(sem: u64, count_arg: u64, side: u32) {
 #[inline(always)]
 fn slowpath_exit(ret: u64, side: u32) {
     let tid = bpf_get_current_pid_tgid() as u32;
-    // SAFETY: the value is only read here, before the program returns; map values stay valid while a program runs.
+    // SAFETY: a map value, only read, before the program returns.
     let Some(w) = (unsafe { SLOWPATHS.get(tid) }).copied() else {
         let cfg = CONFIG.load();
         if current_is_target(&cfg) {
@@ -210,7 +210,7 @@ pub fn on_contention_begin(tid: u32, lock: u64) {
     let Some(w) = SLOWPATHS.get_ptr_mut(tid) else {
         return;
     };
-    // SAFETY: a pointer to a live map value (for a per-CPU map, this CPU's slot), used before the program returns while no other reference to it exists.
+    // SAFETY: a live map value (per-CPU: this CPU's), used before the program returns, not aliased.
     let w = unsafe { &mut *w };
     if w.sem != lock || w.flags & SLOWPATH_QUEUED != 0 {
         return;
@@ -284,7 +284,7 @@ fn spin_on_owner() {
     let Some(w) = SLOWPATHS.get_ptr_mut(tid) else {
         return;
     };
-    // SAFETY: a pointer to a live map value (for a per-CPU map, this CPU's slot), used before the program returns while no other reference to it exists.
+    // SAFETY: a live map value (per-CPU: this CPU's), used before the program returns, not aliased.
     let w = unsafe { &mut *w };
     let want = SLOWPATH_QUEUED | SLOWPATH_HANDOFF_COUNTED;
     if w.side == SIDE_WRITE && w.flags & want == SLOWPATH_QUEUED {
@@ -309,7 +309,7 @@ pub fn rwsem_spin_on_owner_kprobe(_ctx: ProbeContext) -> u32 {
 #[inline(always)]
 fn on_schedule() {
     let tid = bpf_get_current_pid_tgid() as u32;
-    // SAFETY: the value is only read here, before the program returns; map values stay valid while a program runs.
+    // SAFETY: a map value, only read, before the program returns.
     let Some(w) = (unsafe { SLOWPATHS.get(tid) }) else {
         return;
     };
@@ -371,12 +371,12 @@ fn mark_wake_exit(sem: u64) {
     let Some(slot) = MARK_WAKE.get_ptr_mut(0) else {
         return;
     };
-    // SAFETY: a pointer to a live map value (for a per-CPU map, this CPU's slot), used before the program returns while no other reference to it exists.
+    // SAFETY: a live map value (per-CPU: this CPU's), used before the program returns, not aliased.
     let e = unsafe { *slot };
     if e.sem != sem || sem == 0 {
         return;
     }
-    // SAFETY: a pointer to a live map value (for a per-CPU map, this CPU's slot), used before the program returns while no other reference to it exists.
+    // SAFETY: a live map value (per-CPU: this CPU's), used before the program returns, not aliased.
     unsafe { (*slot).sem = 0 };
     let rc = RWSEM_CONFIG.load();
     if e.first_type == RWSEM_WAITING_FOR_READ && read_u64(sem + rc.off_wait_list as u64) != e.first

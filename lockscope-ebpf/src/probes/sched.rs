@@ -48,7 +48,7 @@ pub fn sched_process_fork(ctx: BtfTracePointContext) -> i32 {
     }
     let parent_tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
     let followed =
-        // SAFETY: the value is only read here, before the program returns; map values stay valid while a program runs.
+        // SAFETY: a map value, only read, before the program returns.
         parent_tgid == cfg.launcher_tgid || unsafe { TARGETS.get(parent_tgid) }.is_some();
     if !followed {
         return 0;

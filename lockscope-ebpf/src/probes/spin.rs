@@ -104,7 +104,7 @@ static EMPTY_STATS: ContentionStats = ContentionStats::EMPTY;
 #[inline(always)]
 fn spc(slot: u32) {
     if let Some(c) = SPIN_COUNTERS.get_ptr_mut(slot) {
-        // SAFETY: a pointer to a live map value (for a per-CPU map, this CPU's slot), used before the program returns while no other reference to it exists.
+        // SAFETY: a live map value (per-CPU: this CPU's), used before the program returns, not aliased.
         unsafe { *c += 1 };
     }
 }
@@ -125,7 +125,7 @@ fn params() -> SpinParams {
 
 #[inline(always)]
 fn is_watched(lock: u64) -> bool {
-    // SAFETY: the value is only read here, before the program returns; map values stay valid while a program runs.
+    // SAFETY: a map value, only read, before the program returns.
     unsafe { SPIN_WATCHED.get(lock) }.is_some()
 }
 
@@ -142,10 +142,10 @@ fn stack_of(ctx: *mut core::ffi::c_void) -> u64 {
         spc(SPC_LOST_STACK);
         return 0;
     }
-    // SAFETY: a pointer to a live map value (for a per-CPU map, this CPU's slot), used before the program returns while no other reference to it exists.
+    // SAFETY: a live map value (per-CPU: this CPU's), used before the program returns, not aliased.
     let frames = unsafe { &*buf };
     let hash = stack_hash(frames);
-    // SAFETY: the value is only read here, before the program returns; map values stay valid while a program runs.
+    // SAFETY: a map value, only read, before the program returns.
     if unsafe { SPIN_STACKS.get(hash) }.is_none() {
         match SPIN_STACKS.insert(hash, frames, BPF_NOEXIST as u64) {
             Ok(()) | Err(-17) => {}
@@ -170,7 +170,7 @@ fn account(map: &PerCpuHashMap<ContentionKey, ContentionStats>, key: ContentionK
         spc(SPC_LOST_STATS_FULL);
         return;
     };
-    // SAFETY: a pointer to a live map value (for a per-CPU map, this CPU's slot), used before the program returns while no other reference to it exists.
+    // SAFETY: a live map value (per-CPU: this CPU's), used before the program returns, not aliased.
     let s = unsafe { &mut *s };
     if s.count == 0 || ns < s.min_ns {
         s.min_ns = ns;
@@ -241,7 +241,7 @@ pub fn spin_task_rename(ctx: BtfTracePointContext) -> i32 {
     let comm: u64 = ctx.arg(1);
     let cfg = SPIN_CONFIG.load();
     if let Some(w) = SPIN_WATCHED.get_ptr_mut(task + cfg.off_task_pi_lock as u64) {
-        // SAFETY: a pointer to a live map value (for a per-CPU map, this CPU's slot), used before the program returns while no other reference to it exists.
+        // SAFETY: a live map value (per-CPU: this CPU's), used before the program returns, not aliased.
         let w = unsafe { &mut *w };
         let mut buf = [0u8; 16];
         // SAFETY: a checked read: a bad address gives an error, never a fault.
@@ -257,7 +257,7 @@ pub fn spin_task_free(ctx: BtfTracePointContext) -> i32 {
     let task: u64 = ctx.arg(0);
     let cfg = SPIN_CONFIG.load();
     let lock = task + cfg.off_task_pi_lock as u64;
-    // SAFETY: the value is only read here, before the program returns; map values stay valid while a program runs.
+    // SAFETY: a map value, only read, before the program returns.
     if let Some(w) = unsafe { SPIN_WATCHED.get(lock) } {
         let w = *w;
         let _ = SPIN_FREED.insert(lock, w, BPF_ANY as u64);
@@ -284,7 +284,7 @@ fn wait_entry(ctx: *mut core::ffi::c_void, lock: u64, irq: u32, depth: u32) {
         spc(SPC_LOST_CPU_RANGE);
         return;
     };
-    // SAFETY: a pointer to a live map value (for a per-CPU map, this CPU's slot), used before the program returns while no other reference to it exists.
+    // SAFETY: a live map value (per-CPU: this CPU's), used before the program returns, not aliased.
     let w = unsafe { &mut *w };
     if w.lock != 0 {
         spc(SPC_LOST_WAIT_NESTED);
@@ -312,7 +312,7 @@ fn wait_exit(lock: u64, depth: u32) {
     let Some(w) = SPIN_WAITING.get_ptr_mut(c) else {
         return;
     };
-    // SAFETY: a pointer to a live map value (for a per-CPU map, this CPU's slot), used before the program returns while no other reference to it exists.
+    // SAFETY: a live map value (per-CPU: this CPU's), used before the program returns, not aliased.
     let w = unsafe { &mut *w };
     if w.lock == 0 || (lock != 0 && w.lock != lock) || (lock == 0 && w.depth != depth) {
         return;
@@ -340,7 +340,7 @@ fn wait_exit(lock: u64, depth: u32) {
 fn emit_starvation(w: &SpinWait, c: u32, wait_ns: u64) {
     match SPIN_EPISODES.reserve::<SpinEpisodeRecord>(0) {
         Some(mut e) => {
-            // SAFETY: a pointer to a live map value (for a per-CPU map, this CPU's slot), used before the program returns while no other reference to it exists.
+            // SAFETY: a live map value (per-CPU: this CPU's), used before the program returns, not aliased.
             let rec = unsafe { &mut *e.as_mut_ptr() };
             starvation_record(w, c, wait_ns, rec);
             e.submit(0);
@@ -377,7 +377,7 @@ pub fn spin_pv_slowpath_fexit(ctx: FExitContext) -> i32 {
 #[inline(always)]
 fn call_depth(slot: u32, delta: i32) -> u32 {
     match SPIN_CALL_DEPTH.get_ptr_mut(slot) {
-        // SAFETY: a pointer to this CPU's slot of a per-CPU array, used before the program returns while no other reference to it exists.
+        // SAFETY: this CPU's slot of a per-CPU array, used before the program returns, not aliased.
         Some(d) => unsafe {
             if delta > 0 {
                 *d += 1;
@@ -464,7 +464,7 @@ fn foreign_on(ctx: *mut core::ffi::c_void, other: u32, me: &SpinAcquirer) {
     let Some(w) = SPIN_WAITING.get_ptr_mut(other) else {
         return;
     };
-    // SAFETY: a pointer to a live map value (for a per-CPU map, this CPU's slot), used before the program returns while no other reference to it exists.
+    // SAFETY: a live map value (per-CPU: this CPU's), used before the program returns, not aliased.
     let w = unsafe { &mut *w };
     if w.lock == 0 || w.lock != me.stack {
         return;
@@ -485,7 +485,7 @@ fn hold_begin(lock: u64, now: u64, tid: u32, tgid: u32) {
     let Some(depth) = SPIN_HELD.get_ptr_mut(0) else {
         return;
     };
-    // SAFETY: a pointer to a live map value (for a per-CPU map, this CPU's slot), used before the program returns while no other reference to it exists.
+    // SAFETY: a live map value (per-CPU: this CPU's), used before the program returns, not aliased.
     let depth = unsafe { &mut *depth };
     // The same lock still in a slot: its release was missed. Reuse the slot.
     for i in 0..SPIN_HOLD_DEPTH {
@@ -493,7 +493,7 @@ fn hold_begin(lock: u64, now: u64, tid: u32, tgid: u32) {
             break;
         }
         if let Some(h) = SPIN_HOLDS.get_ptr_mut(i) {
-            // SAFETY: a pointer to a live map value (for a per-CPU map, this CPU's slot), used before the program returns while no other reference to it exists.
+            // SAFETY: a live map value (per-CPU: this CPU's), used before the program returns, not aliased.
             let h = unsafe { &mut *h };
             if h.lock == lock {
                 spc(SPC_UNPAIRED_HOLD);
@@ -531,7 +531,7 @@ fn released(lock: u64) {
     let Some(depth) = SPIN_HELD.get_ptr_mut(0) else {
         return;
     };
-    // SAFETY: a pointer to a live map value (for a per-CPU map, this CPU's slot), used before the program returns while no other reference to it exists.
+    // SAFETY: a live map value (per-CPU: this CPU's), used before the program returns, not aliased.
     let d = unsafe { *depth };
     if d == 0 {
         return;
@@ -564,12 +564,12 @@ fn released_slow(lock: u64, d: u32) {
     {
         let top = *top;
         if let Some(slot) = SPIN_HOLDS.get_ptr_mut(found) {
-            // SAFETY: a pointer to a live map value (for a per-CPU map, this CPU's slot), used before the program returns while no other reference to it exists.
+            // SAFETY: a live map value (per-CPU: this CPU's), used before the program returns, not aliased.
             unsafe { *slot = top };
         }
     }
     if let Some(depth) = SPIN_HELD.get_ptr_mut(0) {
-        // SAFETY: a pointer to a live map value (for a per-CPU map, this CPU's slot), used before the program returns while no other reference to it exists.
+        // SAFETY: a live map value (per-CPU: this CPU's), used before the program returns, not aliased.
         unsafe { *depth = d - 1 };
     }
     // SAFETY: a BPF helper without pointer arguments.
@@ -589,7 +589,7 @@ fn released_slow(lock: u64, d: u32) {
     if is_long_hold(hold_ns, &params()) {
         match SPIN_EPISODES.reserve::<SpinEpisodeRecord>(0) {
             Some(mut e) => {
-                // SAFETY: a pointer to a live map value (for a per-CPU map, this CPU's slot), used before the program returns while no other reference to it exists.
+                // SAFETY: a live map value (per-CPU: this CPU's), used before the program returns, not aliased.
                 let rec = unsafe { &mut *e.as_mut_ptr() };
                 rec.kind = EPISODE_LONG_HOLD;
                 rec.cpu = cpu();
@@ -660,7 +660,7 @@ pub fn spin_lock_kprobe(ctx: ProbeContext) -> u32 {
     let Some(top) = SPIN_PENDING_TOP.get_ptr_mut(0) else {
         return 0;
     };
-    // SAFETY: a pointer to a live map value (for a per-CPU map, this CPU's slot), used before the program returns while no other reference to it exists.
+    // SAFETY: a live map value (per-CPU: this CPU's), used before the program returns, not aliased.
     let top = unsafe { &mut *top };
     match SPIN_PENDING.get_ptr_mut(*top) {
         Some(p) => {
@@ -685,7 +685,7 @@ pub fn spin_lock_kretprobe(ctx: RetProbeContext) -> u32 {
     let Some(top) = SPIN_PENDING_TOP.get_ptr_mut(0) else {
         return 0;
     };
-    // SAFETY: a pointer to a live map value (for a per-CPU map, this CPU's slot), used before the program returns while no other reference to it exists.
+    // SAFETY: a live map value (per-CPU: this CPU's), used before the program returns, not aliased.
     let top = unsafe { &mut *top };
     if *top == 0 {
         return 0;

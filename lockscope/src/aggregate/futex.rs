@@ -243,6 +243,14 @@ pub fn futex_lost(s: &FutexSnapshot) -> BTreeMap<String, u64> {
             )
         })
         .collect();
+    // Calls evicted from FUTEX_CALLS before their exit: neither timed nor counted.
+    let live: u64 = super::stats::saturating_sum(s.in_progress.values().copied());
+    lost.insert(
+        "futex_calls_evicted".to_owned(),
+        s.counters[FCNT_CALLS_CREATED as usize]
+            .saturating_sub(s.counters[FCNT_EXIT as usize])
+            .saturating_sub(live),
+    );
     lost.insert(
         "futex_stats_evicted".to_owned(),
         super::recording::evicted(s.counters[FCNT_STATS_CREATED as usize], s.stats.len()),

@@ -28,6 +28,8 @@ pub struct RawSnapshot {
     pub counters: [u64; COUNTERS_LEN as usize],
     /// Waits begun but not ended when the snapshot was taken.
     pub in_progress: u64,
+    /// Of those, the sleeping waits (entries of `TASK_WAITS`).
+    pub task_waits_live: u64,
     /// User-space locks: the futex probes' aggregates.
     pub futex: FutexSnapshot,
     /// rwsem lock events per (lock, process, side), and their per-CPU-summed
@@ -204,6 +206,17 @@ impl EventCounts {
 /// key was created between reading the counter and reading the map).
 pub fn evicted(created: u64, live: usize) -> u64 {
     created.saturating_sub(live as u64)
+}
+
+/// Sleeping waits evicted from `TASK_WAITS` before they ended: never timed (their ends
+/// count as unpaired). Exact once the probes are detached; while they run, waits that
+/// begin or end between the counters' read and the map's (microseconds apart) may
+/// move it by that many (the session reports it monotonically).
+pub fn task_waits_evicted(raw: &RawSnapshot) -> u64 {
+    let c = &raw.counters;
+    c[lockscope_common::CNT_TASK_WAITS_CREATED as usize]
+        .saturating_sub(c[lockscope_common::CNT_TASK_WAITS_ENDED as usize])
+        .saturating_sub(raw.task_waits_live)
 }
 
 /// `CONTENTION_STATS` entries evicted to make room: their waits are not in the locks.

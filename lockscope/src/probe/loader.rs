@@ -184,7 +184,12 @@ impl Probes {
         let spin_config = spin::spin_config(&kbtf);
         let btf = Btf::from_sys_fs().context("reading kernel BTF")?;
         let cpus = aya::util::nr_cpus().map(|n| n as u32).unwrap_or(1);
-        let mut ebpf = EbpfLoader::new()
+        let mut loader = EbpfLoader::new();
+        let test_sizes = test_map_sizes()?;
+        for (map, n) in &test_sizes {
+            loader.map_max_entries(map, *n);
+        }
+        let mut ebpf = loader
             .btf(Some(&btf))
             .override_global("CONFIG", &config, true)
             .override_global(
@@ -413,6 +418,29 @@ impl Probes {
     pub fn take_map(&mut self, name: &str) -> Option<aya::maps::Map> {
         self.ebpf.take_map(name)
     }
+}
+
+/// Test-only: `MAP=ENTRIES,...` shrinks maps, so that the tests can fill them and check
+/// that what they drop is counted.
+pub const TEST_MAP_SIZES_ENV: &str = "LOCKSCOPE_TEST_MAP_SIZES";
+
+fn test_map_sizes() -> anyhow::Result<Vec<(String, u32)>> {
+    let Some(v) = std::env::var_os(TEST_MAP_SIZES_ENV) else {
+        return Ok(Vec::new());
+    };
+    v.to_string_lossy()
+        .split(',')
+        .filter(|s| !s.is_empty())
+        .map(|pair| {
+            let (map, n) = pair
+                .split_once('=')
+                .ok_or_else(|| anyhow!("{TEST_MAP_SIZES_ENV}: `{pair}` is not MAP=ENTRIES"))?;
+            let n: u32 = n
+                .parse()
+                .map_err(|_| anyhow!("{TEST_MAP_SIZES_ENV}: `{n}` is not a number"))?;
+            Ok((map.to_owned(), n))
+        })
+        .collect()
 }
 
 /// Set to release every attachment in lockscope itself at exit (slow, see

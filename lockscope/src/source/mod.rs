@@ -15,8 +15,8 @@ use aya::{
     maps::{HashMap as AyaHashMap, MapData, MapError, PerCpuArray, PerCpuHashMap},
 };
 use lockscope_common::{
-    COUNTERS_LEN, ContentionKey, ContentionStats, LockInfo, RWSEM_COUNTERS_LEN, RwsemEventCounts,
-    RwsemEventKey, StackFrames, WaitStart,
+    CNT_TASK_WAITS_CREATED, CNT_TASK_WAITS_ENDED, COUNTERS_LEN, ContentionKey, ContentionStats,
+    LockInfo, RWSEM_COUNTERS_LEN, RwsemEventCounts, RwsemEventKey, StackFrames, WaitStart,
 };
 
 use std::collections::{BTreeMap, HashMap};
@@ -128,10 +128,18 @@ pub fn read_snapshot(ebpf: &Ebpf, futex: bool) -> anyhow::Result<RawSnapshot> {
     raw.cgroups = batch::hash_entries::<u32, u64>(ebpf, "TASK_CGROUPS")?
         .into_iter()
         .collect();
+    // The task-wait counters read right before the map they count, so that few waits
+    // begin or end in between (see `task_waits_evicted`).
+    let counters: PerCpuArray<&MapData, u64> =
+        PerCpuArray::try_from(ebpf.map("COUNTERS").context("COUNTERS map")?)?;
+    for i in [CNT_TASK_WAITS_CREATED, CNT_TASK_WAITS_ENDED] {
+        raw.counters[i as usize] = counters.get(&i, 0)?.iter().sum();
+    }
     let waiting = batch::hash_entries::<u32, WaitStart>(ebpf, "TASK_WAITS")?.len();
     let cpu_depth: PerCpuArray<&MapData, u32> =
         PerCpuArray::try_from(ebpf.map("CPU_WAIT_DEPTH").context("CPU_WAIT_DEPTH map")?)?;
     let spinning: u64 = cpu_depth.get(&0, 0)?.iter().map(|&d| d as u64).sum();
+    raw.task_waits_live = waiting as u64;
     raw.in_progress = waiting as u64 + spinning;
     if futex {
         raw.futex = futex::read_futex(ebpf, &mut raw.comms)?;
