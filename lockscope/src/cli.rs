@@ -326,4 +326,14 @@ pub struct ServeArgs {
     /// Trace only tasks in this cgroup (v2 directory) and below; overrides the config.
     #[arg(long, value_name = "PATH", conflicts_with = "pids")]
     pub cgroup: Option<PathBuf>,
+    /// TLS and basic authentication, from a web configuration file in the Prometheus
+    /// exporter toolkit's format (tls_server_config, basic_auth_users with bcrypt
+    /// hashes, http_server_config.headers); overrides the config's `web_config`.
+    #[arg(long, value_name = "FILE")]
+    pub web_config: Option<PathBuf>,
+    /// Replace kernel addresses in metric labels, snapshots and profiles with stable
+    /// opaque names (`kaddr-1f3a9c02`), so that readers learn nothing of the kernel's
+    /// memory layout.
+    #[arg(long)]
+    pub redact_addresses: bool,
 }

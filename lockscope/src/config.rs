@@ -58,6 +58,10 @@ pub const MAX_TOP_LOCKS: usize = 1000;
 pub struct ConfigFile {
     pub listen: Option<String>,
     pub interval: Option<String>,
+    /// Web configuration file (TLS, basic auth), as `--web-config`.
+    pub web_config: Option<PathBuf>,
+    /// As `--redact-addresses`.
+    pub redact_addresses: Option<bool>,
     pub probes: ProbeGroups,
     pub target: TargetConfig,
     pub metrics: MetricsConfig,
@@ -176,6 +180,8 @@ pub struct Overrides {
     pub interval: Option<String>,
     pub pids: Vec<u32>,
     pub cgroup: Option<PathBuf>,
+    pub web_config: Option<PathBuf>,
+    pub redact_addresses: bool,
 }
 
 /// A checked configuration, ready to start from.
@@ -194,6 +200,9 @@ pub struct ServeSettings {
     pub forget_exited_after: Duration,
     /// Indices `i` of the log2 buckets whose upper bounds (`2^(i+1)` ns) become `le` bounds.
     pub bucket_bounds: Vec<usize>,
+    /// TLS and basic auth (the file and what it says).
+    pub web: Option<(PathBuf, crate::webconfig::WebConfig)>,
+    pub redact_addresses: bool,
 }
 
 impl ConfigFile {
@@ -337,6 +346,11 @@ impl ConfigFile {
             },
             forget_exited_after,
             bucket_bounds,
+            web: match cli.web_config.as_ref().or(self.web_config.as_ref()) {
+                Some(path) => Some((path.clone(), crate::webconfig::WebConfig::read(path)?)),
+                None => None,
+            },
+            redact_addresses: cli.redact_addresses || self.redact_addresses.unwrap_or(false),
         })
     }
 }
@@ -520,8 +534,11 @@ mod tests {
                 interval: Some("2s".into()),
                 pids: vec![1],
                 cgroup: None,
+                web_config: None,
+                redact_addresses: true,
             })
             .unwrap();
+        assert!(s.redact_addresses);
         assert_eq!(s.listen.port(), 2);
         assert_eq!(s.interval, Duration::from_secs(2));
         assert_eq!(s.target, Target::Pids(vec![1]));

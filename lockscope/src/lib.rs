@@ -14,4 +14,5 @@ pub mod signals;
 pub mod sink;
 pub mod source;
 pub mod symbolize;
+pub mod webconfig;
 pub mod workload;

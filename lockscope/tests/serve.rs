@@ -778,11 +778,11 @@ fn sigint_detaches_and_exits_zero() {
     wait_healthy(port, &mut serve, &log);
     let ours = bpf_ids_of(serve.0.id());
     // Contention begin/end, the fork follower for a pid target, the name refresh at exec,
-    // the tracepoint-tier mmap_lock estimate probe where that tracepoint exists, and the
-    // pi_lock proxy with its task set (sched_wait_task, sched_process_fork,
-    // sched_process_free).
+    // the cgroup refresh at a move, the tracepoint-tier mmap_lock estimate probe where
+    // that tracepoint exists, and the pi_lock proxy with its task set (sched_wait_task,
+    // sched_process_fork, sched_process_free).
     let progs = ours.iter().filter(|(k, _)| k == "prog_id").count();
-    assert!((7..=8).contains(&progs), "{ours:?}");
+    assert!((8..=9).contains(&progs), "{ours:?}");
     let (_, text) = http_get(port, "/metrics").unwrap();
     assert!(
         text.contains("lockscope_probe_attached{probe=\"sched_process_fork\""),
@@ -1292,4 +1292,156 @@ fn serving_off_loopback_warns() {
     let mut serve = start_serve(&["--listen", &format!("127.0.0.1:{port}")], &log);
     wait_healthy(port, &mut serve, &log);
     assert!(!stop_serve(&mut serve, libc::SIGTERM, &log).contains("warning: serving"));
+}
+
+/// `curl` against serve: (HTTP status, body); status 0 when no HTTP answer came.
+fn curl(args: &[&str], url: &str) -> (u16, String) {
+    let out = Command::new("curl")
+        .args(["-s", "--max-time", "10", "-w", "\n%{http_code}"])
+        .args(args)
+        .arg(url)
+        .output()
+        .expect("curl (installed by cargo xtask setup)");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (body, code) = text.rsplit_once('\n').unwrap_or(("", "0"));
+    (code.trim().parse().unwrap_or(0), body.to_owned())
+}
+
+#[test]
+fn tls_basic_auth_and_redaction_from_a_web_config() {
+    let _serial = serial();
+    let dir = scratch("serve-tls");
+    let (cert, key) = (dir.join("serve.crt"), dir.join("serve.key"));
+    let openssl = Command::new("openssl")
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+        ])
+        .args(["-nodes", "-days", "1", "-subj", "/CN=lockscope-test"])
+        .args(["-addext", "subjectAltName=IP:127.0.0.1", "-keyout"])
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .output()
+        .expect("openssl");
+    assert!(openssl.status.success(), "{openssl:?}");
+    let hash = bcrypt::hash("s3cret", 6).unwrap();
+    let web = dir.join("web.yml");
+    // Relative paths: to the file's directory, as the exporter toolkit has it.
+    std::fs::write(
+        &web,
+        format!(
+            "tls_server_config:\n  cert_file: serve.crt\n  key_file: serve.key\n\
+             basic_auth_users:\n  prometheus: {hash}\n\
+             http_server_config:\n  headers:\n    X-Content-Type-Options: nosniff\n"
+        ),
+    )
+    .unwrap();
+    let port = free_port();
+    let log = dir.join("serve.stderr");
+    let _serve = start_serve(
+        &[
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--web-config",
+            web.to_str().unwrap(),
+            "--redact-addresses",
+        ],
+        &log,
+    );
+    let base = format!("https://127.0.0.1:{port}");
+    let ca = cert.to_str().unwrap();
+    let good = ["--cacert", ca, "-u", "prometheus:s3cret"];
+    wait_until("serve over TLS", Duration::from_secs(60), || {
+        (curl(&good, &format!("{base}/healthz")).0 == 200).then_some(())
+    });
+    // Without credentials, or with wrong ones: 401 and a Basic challenge.
+    assert_eq!(curl(&["--cacert", ca], &format!("{base}/metrics")).0, 401);
+    assert_eq!(
+        curl(
+            &["--cacert", ca, "-u", "prometheus:guess"],
+            &format!("{base}/metrics")
+        )
+        .0,
+        401
+    );
+    assert_eq!(
+        curl(
+            &["--cacert", ca, "-u", "root:s3cret"],
+            &format!("{base}/api/snapshot")
+        )
+        .0,
+        401
+    );
+    // Plain HTTP gets no answer.
+    assert_eq!(curl(&[], &format!("http://127.0.0.1:{port}/metrics")).0, 0);
+    let (status, text) = curl(&good, &format!("{base}/metrics"));
+    assert_eq!(status, 200);
+    assert!(text.contains("lockscope_build_info"), "{text}");
+    let (_, headers) = curl(&[&good[..], &["-I"]].concat(), &format!("{base}/metrics"));
+    assert!(
+        headers
+            .to_lowercase()
+            .contains("x-content-type-options: nosniff"),
+        "{headers}"
+    );
+    // Redacted: unnamed kernel locks (the churn's spinlocks) carry opaque names, and no
+    // kernel address is anywhere.
+    let _churn = Guard(
+        lockscope()
+            .args(["workload", "mmap-churn", "--seconds", "20"])
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let (text, snap) = wait_until("redacted lock names", Duration::from_secs(30), || {
+        let text = curl(&good, &format!("{base}/metrics")).1;
+        let snap = curl(&good, &format!("{base}/api/snapshot")).1;
+        (text.contains("lock=\"kaddr-") && snap.contains("kaddr-")).then_some((text, snap))
+    });
+    for body in [&text, &snap] {
+        assert!(!body.contains("0xffff"), "a kernel address in {body}");
+    }
+
+    // A real Prometheus, configured as for any exporter with TLS and basic auth.
+    let prom_port = free_port();
+    let prom_dir = dir.join("prometheus");
+    std::fs::create_dir_all(&prom_dir).unwrap();
+    let prom_config = dir.join("prometheus.yml");
+    std::fs::write(
+        &prom_config,
+        format!(
+            "global:\n  scrape_interval: 1s\n\
+             scrape_configs:\n  - job_name: lockscope\n    scheme: https\n\
+             \x20   tls_config:\n      ca_file: {ca}\n\
+             \x20   basic_auth:\n      username: prometheus\n      password: s3cret\n\
+             \x20   static_configs:\n      - targets: ['127.0.0.1:{port}']\n"
+        ),
+    )
+    .unwrap();
+    let _prometheus = Guard(
+        Command::new("prometheus")
+            .arg(format!("--config.file={}", prom_config.display()))
+            .arg(format!("--storage.tsdb.path={}", prom_dir.display()))
+            .arg(format!("--web.listen-address=127.0.0.1:{prom_port}"))
+            .arg("--log.level=warn")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(dir.join("prometheus.stderr")).unwrap())
+            .spawn()
+            .expect("prometheus (installed by cargo xtask setup)"),
+    );
+    let n = wait_until(
+        "Prometheus to scrape over TLS",
+        Duration::from_secs(60),
+        || {
+            prom_query(prom_port, "count(lockscope_build_info{job=\"lockscope\"})")
+                .filter(|&n| n > 0.0)
+        },
+    );
+    assert_eq!(n, 1.0);
+    assert_eq!(prom_query(prom_port, "up{job=\"lockscope\"}"), Some(1.0));
 }

@@ -41,6 +41,9 @@ pub const DEBIAN_PACKAGES: &[&str] = &[
     "systemd",
     // `go tool pprof` reads lockscope's pprof export in the tests.
     "golang-go",
+    // `serve --web-config` tests: a self-signed certificate, an HTTPS client.
+    "openssl",
+    "curl",
 ];
 
 /// Toolchain that builds the eBPF crate (`-Z build-std` needs nightly).

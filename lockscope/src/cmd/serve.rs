@@ -65,12 +65,26 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         interval: args.interval.clone(),
         pids: args.pids.clone(),
         cgroup: args.cgroup.clone(),
+        web_config: args.web_config.clone(),
+        redact_addresses: args.redact_addresses,
     };
     let settings = match &args.config {
         Some(path) => file
             .settings(&overrides)
             .with_context(|| format!("config {}", path.display()))?,
         None => file.settings(&overrides)?,
+    };
+    // The key and certificates are read now: a bad one fails here, before anything is
+    // attached (and `--check-config` checks them too).
+    let web = match &settings.web {
+        Some((path, w)) => Web {
+            tls: w
+                .tls_server_config()
+                .with_context(|| format!("web config {}", path.display()))?,
+            auth: Arc::new(crate::webconfig::Authenticator::new(w.users.clone())),
+            headers: w.headers.clone(),
+        },
+        None => Web::default(),
     };
     if args.check_config {
         println!("{}", describe(&settings));
@@ -84,12 +98,25 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         .with_context(|| format!("cannot listen on {}", settings.listen))?;
     listener.set_nonblocking(true)?;
     if !settings.listen.ip().is_loopback() {
-        eprintln!(
-            "lockscope: warning: serving on {} over plain HTTP without authentication: \
-             whoever reaches it reads every traced process's name and pid and kernel \
-             addresses; listen on 127.0.0.1 (the default) or put access control in front",
-            settings.listen
-        );
+        let missing = match (web.tls.is_some(), web.auth.enabled()) {
+            (true, true) => None,
+            (false, false) => Some("over plain HTTP without authentication"),
+            (false, true) => Some("over plain HTTP (passwords cross the network in clear)"),
+            (true, false) => Some("without authentication"),
+        };
+        if let Some(missing) = missing {
+            eprintln!(
+                "lockscope: warning: serving on {} {missing}: whoever reaches it reads \
+                 every traced process's name and pid{}; listen on 127.0.0.1 (the default), \
+                 or give --web-config with tls_server_config and basic_auth_users",
+                settings.listen,
+                if settings.redact_addresses {
+                    ""
+                } else {
+                    " and kernel addresses"
+                }
+            );
+        }
     }
 
     let mut session = Session::start(
@@ -128,6 +155,9 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         read_s: 0.0,
         reads: 0,
         bpf_stats,
+        redactor: settings
+            .redact_addresses
+            .then(crate::sink::redact::Redactor::new),
     };
     let first = refresher.refresh(&session)?;
     let shared: Shared = Arc::new(Mutex::new(Published {
@@ -142,16 +172,17 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let (stop_tx, stop_rx) = mpsc::channel::<Stop>();
     let (done_tx, done_rx) = mpsc::channel::<()>();
     let server_state = shared.clone();
+    let scheme = if web.tls.is_some() { "https" } else { "http" };
     let server = thread::Builder::new()
         .name("lockscope-http".into())
         .spawn(move || {
-            if let Err(e) = serve_http(listener, server_state, stop_tx.clone()) {
+            if let Err(e) = serve_http(listener, server_state, web, stop_tx.clone()) {
                 let _ = stop_tx.send(Stop::ServerFailed(e));
             }
             let _ = done_tx.send(());
         })?;
     eprintln!(
-        "lockscope: serving http://{}/metrics (also /healthz, /api/snapshot); tier {}, \
+        "lockscope: serving {scheme}://{}/metrics (also /healthz, /api/snapshot); tier {}, \
          probes {}; reading maps every {:?}",
         settings.listen,
         session.probes().tier,
@@ -209,19 +240,24 @@ struct Refresher {
     read_s: f64,
     reads: u64,
     bpf_stats: Option<OwnedFd>,
+    /// `--redact-addresses`: every output is made from the redacted recording.
+    redactor: Option<crate::sink::redact::Redactor>,
 }
 
 impl Refresher {
     /// Read the maps once: the metrics text and the recording.
     fn refresh(&mut self, session: &Session) -> anyhow::Result<(String, Recording)> {
         let t0 = Instant::now();
-        let rec = match session.snapshot() {
+        let mut rec = match session.snapshot() {
             Ok(r) => r,
             Err(e) => {
                 self.errors += 1;
                 return Err(e);
             }
         };
+        if let Some(r) = &self.redactor {
+            r.recording(&mut rec)?;
+        }
         let samples = self.exporter.samples(&rec, &self.opts);
         let probes = session.probes();
         let me = SelfStats {
@@ -277,9 +313,65 @@ pub const CONNECTION_LIFETIME: Duration = Duration::from_secs(60);
 /// Request line and headers larger than this are refused (hyper's minimum is 8 KiB).
 pub const MAX_REQUEST_BYTES: usize = 16 * 1024;
 
+/// TLS, basic auth and extra response headers (`--web-config`); none by default.
+#[derive(Default)]
+struct Web {
+    tls: Option<Arc<rustls::ServerConfig>>,
+    auth: Arc<crate::webconfig::Authenticator>,
+    headers: Vec<(String, String)>,
+}
+
+/// Basic auth on every route, and the configured response headers on every response.
+/// What [`guard`] checks and adds: the credentials and the extra response headers.
+type Guard = (
+    Arc<crate::webconfig::Authenticator>,
+    Arc<Vec<(String, String)>>,
+);
+
+async fn guard(
+    State(web): State<Guard>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let (auth, headers) = web;
+    let mut resp = if auth.enabled() {
+        let value = req
+            .headers()
+            .get(header::AUTHORIZATION)
+            .map(|v| v.as_bytes().to_vec());
+        // bcrypt is slow by design: off the event loop.
+        let check = auth.clone();
+        let ok = tokio::task::spawn_blocking(move || check.admits(value.as_deref()))
+            .await
+            .unwrap_or(false);
+        if ok {
+            next.run(req).await
+        } else {
+            (
+                StatusCode::UNAUTHORIZED,
+                [(header::WWW_AUTHENTICATE, "Basic realm=\"lockscope\"")],
+                "unauthorized\n",
+            )
+                .into_response()
+        }
+    } else {
+        next.run(req).await
+    };
+    for (name, value) in headers.iter() {
+        if let (Ok(n), Ok(v)) = (
+            axum::http::HeaderName::try_from(name.as_str()),
+            axum::http::HeaderValue::try_from(value.as_str()),
+        ) {
+            resp.headers_mut().insert(n, v);
+        }
+    }
+    resp
+}
+
 fn serve_http(
     listener: std::net::TcpListener,
     shared: Shared,
+    web: Web,
     stop: mpsc::Sender<Stop>,
 ) -> anyhow::Result<()> {
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -303,7 +395,12 @@ fn serve_http(
             .route("/debug/pprof/lockscope", get(pprof))
             .route("/", get(index))
             .fallback(not_found)
-            .with_state(shared);
+            .with_state(shared)
+            .layer(axum::middleware::from_fn_with_state(
+                (web.auth.clone(), Arc::new(web.headers.clone())),
+                guard,
+            ));
+        let tls = web.tls.map(tokio_rustls::TlsAcceptor::from);
         let permits = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
         loop {
             let (socket, _) = tokio::select! {
@@ -323,13 +420,35 @@ fn serve_http(
                 continue;
             };
             let service = hyper_util::service::TowerToHyperService::new(app.clone());
+            let tls = tls.clone();
             tokio::spawn(async move {
-                let conn = hyper::server::conn::http1::Builder::new()
-                    .timer(hyper_util::rt::TokioTimer::new())
-                    .header_read_timeout(HEADER_READ_TIMEOUT)
-                    .max_buf_size(MAX_REQUEST_BYTES)
-                    .serve_connection(hyper_util::rt::TokioIo::new(socket), service);
-                let _ = tokio::time::timeout(CONNECTION_LIFETIME, conn).await;
+                let http = || {
+                    let mut b = hyper::server::conn::http1::Builder::new();
+                    b.timer(hyper_util::rt::TokioTimer::new())
+                        .header_read_timeout(HEADER_READ_TIMEOUT)
+                        .max_buf_size(MAX_REQUEST_BYTES);
+                    b
+                };
+                let _ = tokio::time::timeout(CONNECTION_LIFETIME, async move {
+                    match tls {
+                        None => {
+                            let io = hyper_util::rt::TokioIo::new(socket);
+                            let _ = http().serve_connection(io, service).await;
+                        }
+                        Some(acceptor) => {
+                            // The handshake, too, within the header timeout.
+                            let Ok(Ok(stream)) =
+                                tokio::time::timeout(HEADER_READ_TIMEOUT, acceptor.accept(socket))
+                                    .await
+                            else {
+                                return;
+                            };
+                            let io = hyper_util::rt::TokioIo::new(stream);
+                            let _ = http().serve_connection(io, service).await;
+                        }
+                    }
+                })
+                .await;
                 drop(permit);
             });
         }
@@ -445,11 +564,31 @@ fn describe(s: &ServeSettings) -> String {
     .filter_map(|(n, on)| on.then_some(n))
     .collect();
     let d = s.detail;
+    let web = match &s.web {
+        None => "plain HTTP, no authentication".to_owned(),
+        Some((path, w)) => format!(
+            "{} ({})",
+            match (w.tls.is_some(), w.users.len()) {
+                (true, 0) => "TLS, no authentication".to_owned(),
+                (tls, n) => format!(
+                    "{}, basic auth for {n} user{}",
+                    if tls { "TLS" } else { "plain HTTP" },
+                    if n == 1 { "" } else { "s" }
+                ),
+            },
+            path.display()
+        ),
+    };
     format!(
-        "config OK: listen {}, interval {:?}, target {}, probes {}, lock types {types}, top {} \
-         locks labelled, {} histogram buckets from {:.3e} s to {:.3e} s; snapshots keep the \
-         callers and tasks of {} locks ({} callers, {} tasks each)",
+        "config OK: listen {} ({web}{}), interval {:?}, target {}, probes {}, lock types \
+         {types}, top {} locks labelled, {} histogram buckets from {:.3e} s to {:.3e} s; \
+         snapshots keep the callers and tasks of {} locks ({} callers, {} tasks each)",
         s.listen,
+        if s.redact_addresses {
+            ", kernel addresses redacted"
+        } else {
+            ""
+        },
         s.interval,
         describe_target(&s.target),
         groups.join(","),

@@ -8,6 +8,7 @@ pub mod events;
 pub mod folded;
 pub mod pprof;
 pub mod prometheus;
+pub mod redact;
 pub mod report;
 pub mod rt;
 pub mod spin;
