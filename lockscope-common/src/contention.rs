@@ -158,6 +158,9 @@ pub struct ProbeConfig {
     /// In `FILTER_TGIDS` mode, children forked by this process (lockscope itself, starting
     /// the traced command) become targets too; 0 for none.
     pub launcher_tgid: u32,
+    /// `NAME_*` bits: the lock fields the probes may name (their offsets are in BTF).
+    pub name_kinds: u32,
+    pub _pad: u32,
     /// Stack walks are budgeted per CPU: each costs this many ns of credit, which
     /// accrues with time up to `stack_burst_ns` (0: walk the stack of every wait). A wait
     /// that finds too little credit is timed and counted exactly, without a stack
@@ -165,7 +168,14 @@ pub struct ProbeConfig {
     pub stack_cost_ns: u64,
     pub stack_burst_ns: u64,
 }
-assert_size!(ProbeConfig, 80);
+assert_size!(ProbeConfig, 88);
+
+/// `ProbeConfig::name_kinds`: `mm_struct.mmap_lock` (and its `wait_lock`), `sighand.siglock`
+/// and `task_struct.pi_lock` have their offsets.
+pub const NAME_MMAP_LOCK: u32 = 1;
+pub const NAME_SIGLOCK: u32 = 2;
+pub const NAME_PI_LOCK: u32 = 4;
+pub const NAME_ALL: u32 = NAME_MMAP_LOCK | NAME_SIGLOCK | NAME_PI_LOCK;
 
 /// The stack id of a wait whose stack was not walked (the per-CPU budget was spent):
 /// its figures count for its lock, task and type, not for any caller.

@@ -31,6 +31,8 @@ pub static CONFIG: Global<ProbeConfig> = Global::new(ProbeConfig {
     off_task_comm: 0,
     off_rwsem_wait_lock: 0,
     launcher_tgid: 0,
+    name_kinds: 0,
+    _pad: 0,
     stack_cost_ns: 0,
     stack_burst_ns: 0,
 });

@@ -563,6 +563,11 @@ impl Session {
 
     /// Read process `pid`'s maps now, to unwind its waits and name its call sites should
     /// it exit early.
+    /// Trace `pid` (a launched command) when the kernel does not follow forks.
+    pub fn add_target(&mut self, pid: u32) -> anyhow::Result<()> {
+        self.probes.add_target(pid)
+    }
+
     pub fn remember_process(&self, pid: u32) {
         self.user_names.remember(pid);
         self.probes.pthread.remember(pid);

@@ -272,21 +272,33 @@ fn name_lock(cfg: &ProbeConfig, lock: u64) {
     }
     // SAFETY: a BPF helper without pointer arguments.
     let task = unsafe { bpf_get_current_task() };
-    let kind = if lock == task + cfg.off_task_pi_lock as u64 {
+    // Only the fields whose offsets the kernel's BTF gave (`name_kinds`).
+    let kinds = cfg.name_kinds;
+    let kind = if kinds & NAME_PI_LOCK != 0 && lock == task + cfg.off_task_pi_lock as u64 {
         LOCK_KIND_PI_LOCK
     } else {
-        let mm: u64 = read_kernel(task + cfg.off_task_mm as u64);
+        let mm: u64 = if kinds & NAME_MMAP_LOCK != 0 {
+            read_kernel(task + cfg.off_task_mm as u64)
+        } else {
+            0
+        };
         let mmap_lock = mm + cfg.off_mm_mmap_lock as u64;
         if mm != 0 && lock == mmap_lock {
             LOCK_KIND_MMAP_LOCK
         } else if mm != 0 && lock == mmap_lock + cfg.off_rwsem_wait_lock as u64 {
             LOCK_KIND_MMAP_WAIT_LOCK
         } else {
-            let sighand: u64 = read_kernel(task + cfg.off_task_sighand as u64);
+            let sighand: u64 = if kinds & NAME_SIGLOCK != 0 {
+                read_kernel(task + cfg.off_task_sighand as u64)
+            } else {
+                0
+            };
             if sighand != 0 && lock == sighand + cfg.off_sighand_siglock as u64 {
                 LOCK_KIND_SIGLOCK
             } else {
-                name_other_task_pi_lock(lock);
+                if kinds & NAME_PI_LOCK != 0 {
+                    name_other_task_pi_lock(lock);
+                }
                 return;
             }
         }

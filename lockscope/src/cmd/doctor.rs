@@ -4,7 +4,7 @@ use std::{path::Path, process::ExitCode};
 
 use crate::probe::{
     btf::{KernelBtf, KernelOffsets, VMLINUX_BTF},
-    features,
+    features, groups,
     loader::{
         FUTEX_PROGRAMS, FUTEX_RESTART_EXIT, HookKind, probe_rwsem_hooks, probe_spin_hooks, try_load,
     },
@@ -16,7 +16,9 @@ fn futex_rows(tracefs: Option<&Path>, can_load: bool) {
     let mut tried: Vec<(&str, Result<(), String>)> = Vec::new();
     for (prog, tp) in FUTEX_PROGRAMS.into_iter().chain([FUTEX_RESTART_EXIT]) {
         let exists = tracefs.is_some_and(|t| features::tracepoint_exists(t, "syscalls", tp));
-        let status = if !can_load {
+        let status = if groups::switched_off("futex") {
+            Err(groups::SWITCHED_OFF.to_owned())
+        } else if !can_load {
             Err("not tried: needs BTF and privileges".to_owned())
         } else if !exists {
             Err(format!(
@@ -114,6 +116,13 @@ pub fn run() -> anyhow::Result<ExitCode> {
         Some(Err(e)) => push("offsets", false, format!("{e:#}")),
         None => push("offsets", false, "needs BTF".into()),
     }
+    for m in offsets
+        .iter()
+        .flat_map(|o| o.as_ref().ok())
+        .flat_map(|o| &o.missing)
+    {
+        push("offsets", false, m.clone());
+    }
 
     let tracefs = features::ensure_tracefs();
     match &tracefs {
@@ -164,50 +173,43 @@ pub fn run() -> anyhow::Result<ExitCode> {
 
     println!();
     println!("{:<22} {:<11} {:<10} detail", "probe", "tier", "status");
-    let tps = [
-        (
-            "contention_begin",
-            "lock",
-            "contention waits: lock, type, caller, task",
-        ),
-        (
-            "contention_end",
-            "lock",
-            "contention waits: wait time, failures",
-        ),
-        (
-            "sched_process_fork",
-            "sched",
-            "follows a target's process tree",
-        ),
-    ];
+    // Every tracepoint group of the registry, each hook loaded for real.
     let mut usable = 0;
-    for (tp, category, role) in tps {
-        let exists = tracefs
-            .as_ref()
-            .map(|t| features::tracepoint_exists(t, category, tp))
-            .unwrap_or(false);
-        let status = if !can_load {
-            Err("not tried: needs BTF and privileges".to_owned())
-        } else if !exists && tracefs.is_ok() {
-            Err(format!("no {category}:{tp} tracepoint in this kernel"))
-        } else {
-            try_load(tp, HookKind::TpBtf, tp)
-        };
-        if status.is_ok() && tp.starts_with("contention") {
-            usable += 1;
+    for g in groups::TP_GROUPS {
+        for &(prog, tp) in g.hooks {
+            let exists = btf
+                .as_ref()
+                .is_ok_and(|b| b.has_type(&format!("btf_trace_{tp}")));
+            let status = if groups::switched_off(g.name) {
+                Err(groups::SWITCHED_OFF.to_owned())
+            } else if !can_load {
+                Err("not tried: needs BTF and privileges".to_owned())
+            } else if !exists {
+                Err(format!("no {tp} tracepoint in this kernel"))
+            } else {
+                try_load(prog, HookKind::TpBtf, tp)
+            };
+            if status.is_ok() && g.required {
+                usable += 1;
+            }
+            let (word, detail) = match status {
+                Ok(()) => ("available", format!("{}: {}", g.name, g.gives)),
+                Err(e) if g.required => ("missing", format!("{}: {e}", g.name)),
+                Err(e) => ("missing", format!("{}: {e}; {}", g.name, g.without)),
+            };
+            println!("{tp:<22} {:<11} {word:<10} {detail}", "tracepoint");
         }
-        let (word, detail) = match status {
-            Ok(()) => ("available", role.to_owned()),
-            Err(e) => ("missing", e),
-        };
-        println!("{tp:<22} {:<11} {word:<10} {detail}", "tracepoint");
     }
+    let required = groups::TP_GROUPS
+        .iter()
+        .filter(|g| g.required)
+        .map(|g| g.hooks.len())
+        .sum::<usize>();
     futex_rows(tracefs.as_ref().ok().map(|p| p.as_path()), can_load);
     rwsem_section(can_load);
     spin_section(can_load);
 
-    if usable == 2 {
+    if usable == required {
         println!("\nready: lock contention can be traced (tracepoint tier)");
         Ok(ExitCode::SUCCESS)
     } else {

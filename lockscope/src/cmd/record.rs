@@ -342,6 +342,13 @@ async fn wait_for_stop(
         }
         None => None,
     };
+    // Without the fork follower the command is added by hand: traced from now, not
+    // its children (said in a note).
+    if let Some(pid) = child.as_ref().and_then(|c| c.id())
+        && !session.probes().follows_forks
+    {
+        session.add_target(pid)?;
+    }
     if let Some(pid) = child.as_ref().and_then(|c| c.id())
         && session.probes().futex
     {

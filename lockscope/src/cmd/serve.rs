@@ -125,6 +125,9 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         &LoadOptions::new(settings.target.clone(), Some(settings.load_types())),
         describe_target(&settings.target),
     )?;
+    for note in &session.probes().notes {
+        eprintln!("lockscope: note: {note}");
+    }
     session.set_detail(settings.detail);
     session.forget_exited(settings.forget_exited_after);
     // Kernel BPF run statistics, on only while this fd is open (closed at exit, even

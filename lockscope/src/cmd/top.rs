@@ -38,9 +38,14 @@ pub fn run(args: TopArgs) -> anyhow::Result<std::process::ExitCode> {
             // no exited process's lock names for the next one at its address.
             session.set_detail(Detail::DAEMON);
             session.forget_exited(crate::config::DEFAULT_FORGET_EXITED_AFTER);
+            let notes = session.probes().notes.clone();
             let mut feed = SessionFeed(session);
             tui::run(&mut feed, args.interval)?;
             feed.0.stop();
+            // After the screen is restored: what this run could not trace.
+            for note in notes {
+                eprintln!("lockscope: note: {note}");
+            }
         }
     }
     Ok(std::process::ExitCode::SUCCESS)

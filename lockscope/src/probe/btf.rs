@@ -8,7 +8,7 @@ use btf_rs::{Btf, Type};
 pub const VMLINUX_BTF: &str = "/sys/kernel/btf/vmlinux";
 
 /// The offsets the probes need to name locks and follow forks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct KernelOffsets {
     pub task_mm: u32,
     pub task_tgid: u32,
@@ -19,23 +19,53 @@ pub struct KernelOffsets {
     pub task_group_leader: u32,
     pub task_comm: u32,
     pub rwsem_wait_lock: u32,
+    /// `NAME_*`: the lock fields whose offsets were found (the others are 0).
+    pub name_kinds: u32,
+    /// Why a lock field is not named, one line each.
+    pub missing: Vec<String>,
 }
 
 impl KernelOffsets {
+    /// The fields every probe needs are required; a lock field the kernel's BTF lacks
+    /// only stays unnamed (its locks show as addresses), said in `missing`.
     pub fn from_btf(btf: &KernelBtf) -> anyhow::Result<Self> {
-        Ok(Self {
-            task_mm: btf.member_offset("task_struct", "mm")?,
+        use lockscope_common::{NAME_MMAP_LOCK, NAME_PI_LOCK, NAME_SIGLOCK};
+        let mut o = Self {
             task_tgid: btf.member_offset("task_struct", "tgid")?,
-            task_sighand: btf.member_offset("task_struct", "sighand")?,
-            task_pi_lock: btf.member_offset("task_struct", "pi_lock")?,
-            mm_mmap_lock: btf.member_offset("mm_struct", "mmap_lock")?,
-            sighand_siglock: btf.member_offset("sighand_struct", "siglock")?,
             task_group_leader: btf.member_offset("task_struct", "group_leader")?,
             task_comm: btf.member_offset("task_struct", "comm")?,
             // PREEMPT_RT's rw_semaphore wraps an rtmutex and has no `wait_lock` of its
             // own: 0 never matches (offset 0 is the rwsem itself, named first).
             rwsem_wait_lock: btf.member_offset("rw_semaphore", "wait_lock").unwrap_or(0),
-        })
+            ..Default::default()
+        };
+        let pair = |a: (&str, &str), b: (&str, &str)| -> anyhow::Result<(u32, u32)> {
+            Ok((btf.member_offset(a.0, a.1)?, btf.member_offset(b.0, b.1)?))
+        };
+        match pair(("task_struct", "mm"), ("mm_struct", "mmap_lock")) {
+            Ok((mm, lock)) => {
+                (o.task_mm, o.mm_mmap_lock) = (mm, lock);
+                o.name_kinds |= NAME_MMAP_LOCK;
+            }
+            Err(e) => o.missing.push(format!("mmap_lock is not named ({e:#})")),
+        }
+        match pair(("task_struct", "sighand"), ("sighand_struct", "siglock")) {
+            Ok((sighand, lock)) => {
+                (o.task_sighand, o.sighand_siglock) = (sighand, lock);
+                o.name_kinds |= NAME_SIGLOCK;
+            }
+            Err(e) => o.missing.push(format!("siglock is not named ({e:#})")),
+        }
+        match btf.member_offset("task_struct", "pi_lock") {
+            Ok(off) => {
+                o.task_pi_lock = off;
+                o.name_kinds |= NAME_PI_LOCK;
+            }
+            Err(e) => o.missing.push(format!(
+                "pi_lock is not named, and its proxy and deep tier do not run ({e:#})"
+            )),
+        }
+        Ok(o)
     }
 }
 
@@ -86,6 +116,9 @@ impl KernelBtf {
 
     /// Byte offset of `field` in `struct name`, looking inside anonymous structs and unions.
     pub fn member_offset(&self, name: &str, field: &str) -> anyhow::Result<u32> {
+        if super::groups::switched_off(&format!("btf:{name}.{field}")) {
+            bail!("{name}.{field}: {}", super::groups::SWITCHED_OFF);
+        }
         let types = self
             .btf
             .resolve_types_by_name(name)

@@ -10,13 +10,14 @@ use aya::{
     programs::{BtfTracePoint, Link as _, TracePoint, links::FdLink, trace_point::TracePointLink},
 };
 use lockscope_common::{
-    FILTER_ALL, FILTER_CGROUP, FILTER_TGIDS, ProbeConfig, STACK_WALK_BURST, STACK_WALKS_PER_CPU_S,
-    futex_stats_entries,
+    FILTER_ALL, FILTER_CGROUP, FILTER_TGIDS, NAME_MMAP_LOCK, NAME_PI_LOCK, ProbeConfig,
+    STACK_WALK_BURST, STACK_WALKS_PER_CPU_S, futex_stats_entries,
 };
 
 use super::{
     btf::{KernelBtf, KernelOffsets, VMLINUX_BTF},
     features,
+    groups::{self, Group},
     pthread::{PthreadProbes, pthread_config},
     rt::{self as rt_probes, RtOptions},
     rwsem::{self, DeepTier},
@@ -92,6 +93,8 @@ pub struct Probes {
     pub rt: Option<RtOptions>,
     /// The deep spinlock tier (pi_lock waits, holds, starvation episodes).
     pub spin: SpinTier,
+    /// Targets' children become targets in the kernel (the fork follower runs).
+    pub follows_forks: bool,
 }
 
 /// Futex syscall probes: (program, tracepoint in category `syscalls`). The exit program
@@ -120,12 +123,6 @@ pub fn wants_futex(types: &Option<Vec<LockType>>) -> bool {
         .is_none_or(|ts| ts.iter().any(|t| t.is_user()))
 }
 
-/// Tracepoint-tier programs: (program name in the object, BTF tracepoint name).
-const CONTENTION_PROGRAMS: [(&str, &str); 2] = [
-    ("contention_begin", "contention_begin"),
-    ("contention_end", "contention_end"),
-];
-
 impl Probes {
     pub fn load(opts: &LoadOptions) -> anyhow::Result<Self> {
         Self::load_with_rt(opts, None)
@@ -136,7 +133,7 @@ impl Probes {
         features::require_privileges()?;
         features::bump_memlock_rlimit();
         let kbtf = KernelBtf::load(&PathBuf::from(VMLINUX_BTF))?;
-        for (_, tp) in CONTENTION_PROGRAMS {
+        for (_, tp) in groups::CONTENTION.hooks {
             if !kbtf.has_type(&format!("btf_trace_{tp}")) {
                 bail!(
                     "this kernel has no lock:{tp} tracepoint (needs Linux 5.19 or later); \
@@ -157,6 +154,7 @@ impl Probes {
             off_task_group_leader: offsets.task_group_leader,
             off_task_comm: offsets.task_comm,
             off_rwsem_wait_lock: offsets.rwsem_wait_lock,
+            name_kinds: offsets.name_kinds,
             stack_cost_ns: stack_budget(opts.stack_walks_per_cpu_s).0,
             stack_burst_ns: stack_budget(opts.stack_walks_per_cpu_s).1,
             ..Default::default()
@@ -180,7 +178,29 @@ impl Probes {
         }
 
         let rwsem_config = rwsem::rwsem_config(&kbtf);
-        let rt_config = rt_probes::rt_config(&kbtf, rt.as_ref())?;
+        let mut notes: Vec<String> = offsets
+            .missing
+            .iter()
+            .map(|m| format!("btf: {m}"))
+            .collect();
+        let pi_lock = offsets.name_kinds & NAME_PI_LOCK != 0;
+        if rt.is_some() && !pi_lock {
+            bail!("--latency-threshold needs task_struct.pi_lock in the kernel's BTF");
+        }
+        // Asked for (--latency-threshold): an error if impossible; otherwise the pi_lock
+        // proxy's own needs, skipped with a note when the kernel lacks them.
+        let (rt_config, proxy_ok) = match rt_probes::rt_config(&kbtf, rt.as_ref()) {
+            Ok(c) => (c, pi_lock),
+            Err(e) if rt.is_none() => {
+                notes.push(format!(
+                    "{}: not attached ({e:#}): {}",
+                    groups::PI_LOCK_PROXY.name,
+                    groups::PI_LOCK_PROXY.without
+                ));
+                (Default::default(), false)
+            }
+            Err(e) => return Err(e),
+        };
         let spin_config = spin::spin_config(&kbtf);
         let btf = Btf::from_sys_fs().context("reading kernel BTF")?;
         let cpus = aya::util::nr_cpus().map(|n| n as u32).unwrap_or(1);
@@ -225,41 +245,37 @@ impl Probes {
             tp_links: Vec::new(),
             futex: false,
             futex_missing: Vec::new(),
-            notes: Vec::new(),
+            notes,
             pthread: PthreadProbes::default(),
             rwsem: DeepTier::default(),
             mmap_estimate: false,
             rt,
             spin: SpinTier::default(),
+            follows_forks: false,
         };
-        // The task set first: contention on a task's pi_lock is named from it.
-        for (prog, tp) in rt_probes::ALWAYS_PROGRAMS {
-            probes.attach_tp_btf(prog, tp, &btf)?;
-        }
-        if rt.is_some() {
-            for (prog, tp) in rt_probes::LATENCY_PROGRAMS {
-                probes.attach_tp_btf(prog, tp, &btf)?;
+        // The tracepoint groups, in the registry's order (the task set first: contention
+        // on a task's pi_lock is named from it). The fork follower only for pid targets.
+        let pid_target = config.filter_mode == FILTER_TGIDS;
+        for g in groups::TP_GROUPS {
+            let wanted = match g.name {
+                n if n == groups::PI_LOCK_PROXY.name => proxy_ok,
+                n if n == groups::RT_LATENCY.name => rt.is_some(),
+                n if n == groups::FORK_FOLLOW.name => pid_target,
+                _ => true,
+            };
+            if wanted {
+                let attached = probes.attach_group(g, &btf)?;
+                if g.name == groups::FORK_FOLLOW.name {
+                    probes.follows_forks = attached;
+                }
             }
         }
-        for (prog, tp) in CONTENTION_PROGRAMS {
-            probes.attach_tp_btf(prog, tp, &btf)?;
-        }
-        // Process names refreshed at exec (a name recorded between fork and exec is the
-        // parent's). Without it names may be stale; nothing else is lost.
-        if let Err(e) = probes.attach_tp_btf("sched_process_exec", "sched_process_exec", &btf) {
+        if wants_futex(&opts.types) && groups::switched_off("futex") {
             probes.notes.push(format!(
-                "process names are not refreshed at exec (sched_process_exec: {e:#}): a \
-                 process may keep its parent's name"
+                "futex: {}: user-space locks are not traced; kernel locks are recorded",
+                groups::SWITCHED_OFF
             ));
-        }
-        // Cgroups refreshed when a process moves (its first wait recorded the old one).
-        if let Err(e) = probes.attach_tp_btf("cgroup_attach_task", "cgroup_attach_task", &btf) {
-            probes.notes.push(format!(
-                "cgroups are not refreshed when a process moves (cgroup_attach_task: {e:#}): \
-                 a moved process keeps the cgroup of its first wait"
-            ));
-        }
-        if wants_futex(&opts.types) {
+        } else if wants_futex(&opts.types) {
             // The unwinding thread first, with the targets' maps and the C library read,
             // so the first waits do not pile up in the ring buffer behind that work.
             let pids = match &opts.target {
@@ -273,14 +289,20 @@ impl Probes {
                 probes.pthread = PthreadProbes::default();
             }
         }
-        if config.filter_mode == FILTER_TGIDS {
-            probes.attach_tp_btf("sched_process_fork", "sched_process_fork", &btf)?;
-        }
-        probes.rwsem = DeepTier::attach(&mut probes.ebpf, &btf, rwsem_config.is_some());
+        probes.rwsem = if groups::switched_off("rwsem-deep") {
+            probes.notes.push(format!(
+                "rwsem-deep: {}: rwsem lock events are tracepoint-tier estimates or n/a",
+                groups::SWITCHED_OFF
+            ));
+            DeepTier::default()
+        } else {
+            DeepTier::attach(&mut probes.ebpf, &btf, rwsem_config.is_some())
+        };
         rwsem::publish_mask(&mut probes.ebpf, probes.rwsem.mask)?;
         // Tracepoint-tier estimate of mmap_lock trylock failures (absent before 5.19's
         // mmap_lock events or when the trylock hooks run: then it counts nothing).
         if let Some(rc) = rwsem_config
+            && offsets.name_kinds & NAME_MMAP_LOCK != 0
             && kbtf.has_type("btf_trace_mmap_lock_acquire_returned")
         {
             let prog = if rc.mmap_success_arg == 3 {
@@ -288,10 +310,19 @@ impl Probes {
             } else {
                 "rwsem_mmap_lock_acquire_returned3"
             };
-            probes.attach_tp_btf(prog, "mmap_lock_acquire_returned", &btf)?;
-            probes.mmap_estimate = true;
+            let group = Group {
+                name: "mmap-lock-estimate",
+                gives: "",
+                without: "mmap_lock trylock failures are not estimated (n/a)",
+                required: false,
+                hooks: &[],
+            };
+            probes.mmap_estimate =
+                probes.attach_one_of(&group, &[(prog, "mmap_lock_acquire_returned")], &btf)?;
         }
         probes.spin = match &spin_config {
+            _ if groups::switched_off("spin-deep") => SpinTier::off(groups::SWITCHED_OFF.into()),
+            _ if !pi_lock => SpinTier::off("task_struct.pi_lock is not in the kernel's BTF".into()),
             Ok(_) => SpinTier::attach(&mut probes.ebpf, &btf, true),
             Err(e) => SpinTier::off(format!("{e:#}")),
         };
@@ -302,6 +333,41 @@ impl Probes {
             rt_probes::set_gate(&mut probes.ebpf, true)?;
         }
         Ok(probes)
+    }
+
+    /// Attach a group's programs, all or none. A group the kernel lacks (or the test
+    /// switch takes for missing) is skipped with a note; a required one is an error.
+    /// Whether it was attached.
+    fn attach_group(&mut self, g: &Group, btf: &Btf) -> anyhow::Result<bool> {
+        self.attach_one_of(g, g.hooks, btf)
+    }
+
+    fn attach_one_of(
+        &mut self,
+        g: &Group,
+        hooks: &[(&str, &str)],
+        btf: &Btf,
+    ) -> anyhow::Result<bool> {
+        let before = self.links.len();
+        let result = if groups::switched_off(g.name) {
+            Err(anyhow!(groups::SWITCHED_OFF))
+        } else {
+            hooks
+                .iter()
+                .try_for_each(|(prog, tp)| self.attach_tp_btf(prog, tp, btf))
+        };
+        match result {
+            Ok(()) => Ok(true),
+            Err(e) if g.required => Err(e.context(format!("{}: {}", g.name, g.without))),
+            Err(e) => {
+                for (_, link) in self.links.drain(before..) {
+                    let _ = link.detach();
+                }
+                self.notes
+                    .push(format!("{}: not attached ({e:#}): {}", g.name, g.without));
+                Ok(false)
+            }
+        }
     }
 
     fn attach_tp_btf(&mut self, prog: &str, tp: &str, btf: &Btf) -> anyhow::Result<()> {
@@ -362,6 +428,15 @@ impl Probes {
         set_futex_gate(&mut self.ebpf, true)?;
         self.futex = true;
         Ok(())
+    }
+
+    /// Trace process `pid` from now on (a launched command, when forks are not followed).
+    pub fn add_target(&mut self, pid: u32) -> anyhow::Result<()> {
+        let mut targets: BpfHashMap<_, u32, u8> =
+            BpfHashMap::try_from(self.ebpf.map_mut("TARGETS").context("TARGETS map")?)?;
+        targets
+            .insert(pid, 1, 0)
+            .with_context(|| format!("adding pid {pid} to the target map"))
     }
 
     /// Is the tracepoint-tier estimate of mmap_lock trylock failures attached?

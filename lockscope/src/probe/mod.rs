@@ -2,6 +2,7 @@
 
 pub mod btf;
 pub mod features;
+pub mod groups;
 pub mod loader;
 pub mod pthread;
 pub mod release;
