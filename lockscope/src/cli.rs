@@ -10,6 +10,15 @@ use crate::{
     workload::Workload,
 };
 
+/// The exit statuses, in `--help` and the man page.
+pub const EXIT_STATUS: &str = "Exit status:\n  \
+    0    success (serve and top: stopped by SIGTERM, SIGINT or q)\n  \
+    1    an error, printed as one `lockscope: ...` line (bad input, no privileges, no \
+    BTF, an unsupported kernel, an unreadable file); doctor: nothing can be traced\n  \
+    N    record -- COMMAND: the command's own exit status (128 + signal if a signal \
+    ended it), whether it ended by itself or by the SIGTERM or SIGHUP record passed on\n  \
+    2    a command line clap rejects (unknown option, missing value)";
+
 #[derive(Debug, Parser)]
 #[command(
     name = "lockscope",
@@ -19,7 +28,8 @@ use crate::{
                   are contended, by whom, for how long, and from where.\n\n\
                   Start with `lockscope doctor` to see what this kernel allows, then \
                   `lockscope record -- <command>` to profile a command, or \
-                  `lockscope record -d 10` to profile the whole system for 10 seconds."
+                  `lockscope record -d 10` to profile the whole system for 10 seconds.",
+    after_long_help = EXIT_STATUS
 )]
 pub struct Cli {
     #[command(subcommand)]

@@ -55,4 +55,5 @@ fn the_man_page_documents_every_subcommand() {
     ] {
         assert!(page.contains(sub), "{sub} missing from the man page");
     }
+    assert!(page.contains("Exit status:"), "{page}");
 }

@@ -143,3 +143,19 @@ fn report_rerenders_a_recording_in_every_format() {
     let back: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
     assert_eq!(back, rec);
 }
+
+/// The exit statuses the help documents are the ones lockscope returns.
+#[test]
+fn exit_statuses_are_as_documented() {
+    let _serial = serial();
+    let help = String::from_utf8(run_ok(lockscope().arg("--help")).stdout).unwrap();
+    assert!(help.contains("Exit status:"), "{help}");
+    let code = |args: &[&str]| lockscope().args(args).output().unwrap().status.code();
+    assert_eq!(code(&["--no-such-option"]), Some(2));
+    assert_eq!(code(&["report", "/nonexistent/lockscope.json"]), Some(1));
+    assert_eq!(code(&["record", "--", "sh", "-c", "exit 7"]), Some(7));
+    assert_eq!(
+        code(&["record", "--", "sh", "-c", "kill -TERM $$"]),
+        Some(128 + 15)
+    );
+}
