@@ -60,6 +60,28 @@ impl ContentionStats {
         max_ns: 0,
         hist: [0; HIST_BUCKETS],
     };
+
+    /// Count one wait of `ns` (`failed`: ended by a signal or timeout). The one update of
+    /// wait statistics every probe uses. A zeroed slot (another CPU's half of a per-CPU
+    /// entry) takes its first wait as the minimum.
+    #[inline(always)]
+    pub fn add(&mut self, ns: u64, failed: bool) {
+        if self.count == 0 || ns < self.min_ns {
+            self.min_ns = ns;
+        }
+        self.count += 1;
+        if failed {
+            self.failed += 1;
+        }
+        self.total_ns += ns;
+        if ns > self.max_ns {
+            self.max_ns = ns;
+        }
+        let b = crate::log2_bucket(ns);
+        if b < HIST_BUCKETS {
+            self.hist[b] += 1;
+        }
+    }
 }
 
 impl Default for ContentionStats {
@@ -299,6 +321,28 @@ mod pod {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_wait_updates_every_figure_once() {
+        let mut s = ContentionStats::EMPTY;
+        s.add(1000, false);
+        s.add(10, true);
+        // A zeroed slot (another CPU's) takes its first wait as the minimum.
+        let mut z = ContentionStats {
+            min_ns: 0,
+            ..ContentionStats::EMPTY
+        };
+        z.add(7, false);
+        assert_eq!(
+            (s.count, s.failed, s.total_ns, s.min_ns, s.max_ns),
+            (2, 1, 1010, 10, 1000)
+        );
+        assert_eq!(
+            s.hist[crate::log2_bucket(1000)] + s.hist[crate::log2_bucket(10)],
+            2
+        );
+        assert_eq!(z.min_ns, 7);
+    }
 
     #[test]
     fn the_stack_budget_refills_with_time_up_to_its_burst() {

@@ -449,23 +449,7 @@ fn account(w: &WaitStart, now: u64, ret: i32) {
     };
     // SAFETY: a live map value (per-CPU: this CPU's), used before the program returns, not aliased.
     let s = unsafe { &mut *s };
-    let wait = now.saturating_sub(w.ts_ns);
-    // Another CPU's slot of a per-CPU entry starts zeroed: min is valid only once counted.
-    if s.count == 0 || wait < s.min_ns {
-        s.min_ns = wait;
-    }
-    s.count += 1;
-    if ret != 0 {
-        s.failed += 1;
-    }
-    s.total_ns += wait;
-    if wait > s.max_ns {
-        s.max_ns = wait;
-    }
-    let b = log2_bucket(wait);
-    if b < HIST_BUCKETS {
-        s.hist[b] += 1;
-    }
+    s.add(now.saturating_sub(w.ts_ns), ret != 0);
     if w.flags == LCB_F_READ || w.flags == LCB_F_WRITE {
         crate::probes::rwsem::on_rwsem_wait_end(w.lock, w.flags, ret);
     }

@@ -424,37 +424,18 @@ fn account(call: &FutexCall, ret: i64, now: u64, unpaired: bool) {
 
     match futex_outcome(class, ret) {
         FUTEX_OUTCOME_EAGAIN => s.eagain += 1,
-        FUTEX_OUTCOME_WAITED => add_wait(&mut s.wait, now.saturating_sub(call.ts_ns), false),
+        FUTEX_OUTCOME_WAITED => s.wait.add(now.saturating_sub(call.ts_ns), false),
         FUTEX_OUTCOME_TIMEOUT => {
             s.timeouts += 1;
-            add_wait(&mut s.wait, now.saturating_sub(call.ts_ns), true);
+            s.wait.add(now.saturating_sub(call.ts_ns), true);
         }
         FUTEX_OUTCOME_INTERRUPTED => {
             s.interrupted += 1;
-            add_wait(&mut s.wait, now.saturating_sub(call.ts_ns), true);
+            s.wait.add(now.saturating_sub(call.ts_ns), true);
         }
         FUTEX_OUTCOME_ERROR => s.errors += 1,
         FUTEX_OUTCOME_WOKE => s.woken += ret as u64,
         FUTEX_OUTCOME_REQUEUED => s.requeued += ret as u64,
         _ => {}
-    }
-}
-
-#[inline(always)]
-pub fn add_wait(w: &mut ContentionStats, wait: u64, failed: bool) {
-    if w.count == 0 || wait < w.min_ns {
-        w.min_ns = wait;
-    }
-    w.count += 1;
-    if failed {
-        w.failed += 1;
-    }
-    w.total_ns += wait;
-    if wait > w.max_ns {
-        w.max_ns = wait;
-    }
-    let b = log2_bucket(wait);
-    if b < HIST_BUCKETS {
-        w.hist[b] += 1;
     }
 }

@@ -172,18 +172,7 @@ fn account(map: &PerCpuHashMap<ContentionKey, ContentionStats>, key: ContentionK
     };
     // SAFETY: a live map value (per-CPU: this CPU's), used before the program returns, not aliased.
     let s = unsafe { &mut *s };
-    if s.count == 0 || ns < s.min_ns {
-        s.min_ns = ns;
-    }
-    s.count += 1;
-    s.total_ns += ns;
-    if ns > s.max_ns {
-        s.max_ns = ns;
-    }
-    let b = log2_bucket(ns);
-    if b < HIST_BUCKETS {
-        s.hist[b] += 1;
-    }
+    s.add(ns, false);
 }
 
 // ---------------------------------------------------------------- watched set
