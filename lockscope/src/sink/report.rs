@@ -77,19 +77,7 @@ pub fn render(rec: &Recording, opts: &ReportOptions) -> anyhow::Result<String> {
     })
 }
 
-/// A duration in the unit that keeps 1-4 significant digits, like perf.
-pub fn fmt_ns(ns: u64) -> String {
-    let v = ns as f64;
-    if ns < 1_000 {
-        format!("{ns} ns")
-    } else if ns < 1_000_000 {
-        format!("{:.2} us", v / 1e3)
-    } else if ns < 1_000_000_000 {
-        format!("{:.2} ms", v / 1e6)
-    } else {
-        format!("{:.2} s", v / 1e9)
-    }
-}
+pub use crate::units::fmt_ns;
 
 fn name_header(by: GroupBy) -> &'static str {
     match by {
