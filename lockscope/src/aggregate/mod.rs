@@ -10,6 +10,7 @@ pub mod recording;
 pub mod rows;
 pub mod rt;
 pub mod rwsem;
+pub mod series;
 pub mod spin;
 pub mod stats;
 pub mod timeline;

@@ -9,7 +9,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use lockscope_common::{HIST_BUCKETS, bucket_lower_ns, bucket_upper_ns};
+use lockscope_common::{bucket_lower_ns, bucket_upper_ns};
 
 use super::{
     LockEntry, Recording, WaitStats,
@@ -313,11 +313,8 @@ pub struct Rates {
 /// the lowest and highest non-empty bucket and by the cumulative min and max, so that
 /// [`WaitStats::percentile_ns`] stays inside what the interval can have seen.
 pub fn delta(prev: &WaitStats, cur: &WaitStats) -> WaitStats {
-    let mut hist = [0u64; HIST_BUCKETS];
-    for (i, h) in hist.iter_mut().enumerate() {
-        *h = cur.hist[i].saturating_sub(prev.hist[i]);
-    }
-    let count = cur.count.saturating_sub(prev.count);
+    let d = cur.minus_counts(prev);
+    let (hist, count) = (d.hist, d.count);
     let (min_ns, max_ns) = match (
         hist.iter().position(|&n| n != 0),
         hist.iter().rposition(|&n| n != 0),
@@ -330,12 +327,9 @@ pub fn delta(prev: &WaitStats, cur: &WaitStats) -> WaitStats {
         _ => (0, 0),
     };
     WaitStats {
-        count,
-        failed: cur.failed.saturating_sub(prev.failed),
-        total_ns: cur.total_ns.saturating_sub(prev.total_ns),
         min_ns,
         max_ns,
-        hist,
+        ..d
     }
 }
 

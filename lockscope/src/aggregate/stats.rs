@@ -88,6 +88,38 @@ impl WaitStats {
         }
     }
 
+    /// `self - base` for the additive figures (count, failed, total, buckets; saturating);
+    /// min and max stay `self`'s. The one subtraction of wait statistics: interval rates
+    /// ([`super::rates::delta`]) bound min and max on top of it, metric series keep them.
+    pub fn minus_counts(&self, base: &WaitStats) -> WaitStats {
+        let mut d = self.clone();
+        d.count = self.count.saturating_sub(base.count);
+        d.failed = self.failed.saturating_sub(base.failed);
+        d.total_ns = self.total_ns.saturating_sub(base.total_ns);
+        for (a, b) in d.hist.iter_mut().zip(base.hist.iter()) {
+            *a = a.saturating_sub(*b);
+        }
+        d
+    }
+
+    /// Add `o`'s additive figures (even where its count is 0); min and max untouched.
+    pub fn add_counts(&mut self, o: &WaitStats) {
+        self.count = self.count.saturating_add(o.count);
+        self.failed = self.failed.saturating_add(o.failed);
+        self.total_ns = self.total_ns.saturating_add(o.total_ns);
+        for (a, b) in self.hist.iter_mut().zip(o.hist.iter()) {
+            *a = a.saturating_add(*b);
+        }
+    }
+
+    /// Is some additive figure below `prev`'s (entries were taken away)?
+    pub fn fell_below(&self, prev: &WaitStats) -> bool {
+        self.count < prev.count
+            || self.failed < prev.failed
+            || self.total_ns < prev.total_ns
+            || self.hist.iter().zip(prev.hist.iter()).any(|(c, p)| c < p)
+    }
+
     pub fn avg_ns(&self) -> u64 {
         self.total_ns.checked_div(self.count).unwrap_or(0)
     }

@@ -10,19 +10,15 @@
 //! name to [`FAMILIES`] and a builder called from [`families`]; the Grafana dashboard test
 //! checks every name a dashboard query uses against [`FAMILIES`].
 
-use std::collections::{BTreeMap, HashMap, HashSet};
-
 use prometheus::proto::{
     Bucket, Counter, Gauge, Histogram, LabelPair, Metric, MetricFamily, MetricType,
 };
 
-use crate::{
-    aggregate::{Recording, WaitStats, rt::EpisodeKind},
-    decode::LockType,
+pub use crate::aggregate::series::{
+    CgroupSample, CgroupSeries, EpisodeCounter, EpisodeTotals, Folded, FutexFigures, FutexSample,
+    FutexSeries, LockSample, LockSeries, OTHER, TopSeries, episode_kind_name,
 };
-
-/// The `lock` label value of everything outside the top locks.
-pub const OTHER: &str = "other";
+use crate::aggregate::{Recording, WaitStats, rt::EpisodeKind};
 
 pub const LOCK_CONTENTIONS: &str = "lockscope_lock_contentions_total";
 pub const LOCK_WAIT: &str = "lockscope_lock_wait_seconds";
@@ -148,244 +144,6 @@ pub struct SelfStats {
     pub reads_total: u64,
 }
 
-/// A lock series' identity: its `type` and `lock` labels.
-type SeriesKey = (LockType, String);
-
-/// One series of the per-lock families.
-#[derive(Debug, Clone, PartialEq)]
-pub struct LockSample {
-    pub lock_type: LockType,
-    /// The lock's name, or [`OTHER`].
-    pub lock: String,
-    pub stats: WaitStats,
-}
-
-/// Figures that can be folded into `other`: additive, ranked by total wait.
-pub trait Folded: Clone + Default {
-    fn merge(&mut self, o: &Self);
-    /// `self - base` for the additive figures.
-    fn minus(&self, base: &Self) -> Self;
-    /// Ranking key: total wait (ns).
-    fn rank(&self) -> u64;
-    fn is_zero(&self) -> bool;
-    /// Is some additive figure of `self` below `prev`'s?
-    fn fell_below(&self, prev: &Self) -> bool;
-    /// Add `o`'s additive figures (even where its count is 0).
-    fn add_counts(&mut self, o: &Self);
-}
-
-fn wait_fell_below(cur: &WaitStats, prev: &WaitStats) -> bool {
-    cur.count < prev.count
-        || cur.failed < prev.failed
-        || cur.total_ns < prev.total_ns
-        || cur.hist.iter().zip(prev.hist.iter()).any(|(c, p)| c < p)
-}
-
-fn wait_add_counts(to: &mut WaitStats, o: &WaitStats) {
-    to.count += o.count;
-    to.failed += o.failed;
-    to.total_ns += o.total_ns;
-    for (a, b) in to.hist.iter_mut().zip(o.hist.iter()) {
-        *a += b;
-    }
-}
-
-impl Folded for WaitStats {
-    fn merge(&mut self, o: &Self) {
-        WaitStats::merge(self, o)
-    }
-    fn minus(&self, base: &Self) -> Self {
-        minus(self, base)
-    }
-    fn rank(&self) -> u64 {
-        self.total_ns
-    }
-    fn is_zero(&self) -> bool {
-        self.count == 0
-    }
-    fn fell_below(&self, prev: &Self) -> bool {
-        wait_fell_below(self, prev)
-    }
-    fn add_counts(&mut self, o: &Self) {
-        wait_add_counts(self, o)
-    }
-}
-
-/// Which locks get their own label, kept across refreshes so that every counter stays
-/// monotonic while the top set changes:
-///
-/// - a lock entering the top set starts its series from what `other` had not yet
-///   reported for it (its value at the previous refresh stays in `other` as a baseline);
-/// - a lock leaving the top set drops its series, and its whole value moves back into
-///   `other` (which only grows: the value is at least the baseline it left there);
-/// - a lock that leaves the recording (an LRU map evicted it, or `serve` forgot its
-///   process) leaves in `other` what `other` had of it; a top lock's own series simply
-///   ends (Prometheus marks it stale) rather than jumping into `other`;
-/// - so the sum over all series of a type is the type's exact total, but for the top
-///   locks that left the recording.
-///
-/// State is bounded by the number of locks in the kernel maps (previous values) and by
-/// the top-N (baselines).
-#[derive(Debug)]
-pub struct TopSeries<V> {
-    prev: HashMap<SeriesKey, V>,
-    base: HashMap<SeriesKey, V>,
-    /// Figures of locks no longer in the recording, kept in their `other` group.
-    retired: BTreeMap<SeriesKey, V>,
-    /// Figures already reported for a lock that is still in the recording but lost
-    /// some of its entries (`serve` forgot an exited process's waits on a lock others
-    /// use): added back, so that its series never goes down.
-    carry: HashMap<SeriesKey, V>,
-}
-
-impl<V> Default for TopSeries<V> {
-    fn default() -> Self {
-        Self {
-            prev: HashMap::new(),
-            base: HashMap::new(),
-            retired: BTreeMap::new(),
-            carry: HashMap::new(),
-        }
-    }
-}
-
-impl<V: Folded> TopSeries<V> {
-    /// Fold cumulative figures per (type, lock) into at most `top_n` lock series plus
-    /// one `other` series per lock type. Sorted: top locks by total wait, then `other`
-    /// by type.
-    pub fn fold(&mut self, cur: HashMap<SeriesKey, V>, top_n: usize) -> Vec<(SeriesKey, V)> {
-        self.fold_grouped(cur, top_n, |_| OTHER.to_owned())
-    }
-
-    /// [`TopSeries::fold`] with one `other` series per (type, `group(key)`) instead of
-    /// per type: the others come back keyed `(type, group)`. A key's group must never
-    /// change (each group's series stays monotonic).
-    pub fn fold_grouped(
-        &mut self,
-        cur: HashMap<SeriesKey, V>,
-        top_n: usize,
-        group: impl Fn(&SeriesKey) -> String,
-    ) -> Vec<(SeriesKey, V)> {
-        let cur: HashMap<SeriesKey, V> = cur
-            .into_iter()
-            .map(|(key, mut v)| {
-                if let Some(c) = self.carry.get(&key) {
-                    v.add_counts(c);
-                }
-                if let Some(prev) = self.prev.get(&key)
-                    && v.fell_below(prev)
-                {
-                    let lost = prev.minus(&v);
-                    v.add_counts(&lost);
-                    self.carry.entry(key.clone()).or_default().add_counts(&lost);
-                }
-                (key, v)
-            })
-            .collect();
-        self.carry.retain(|k, _| cur.contains_key(k));
-        let mut ranked: Vec<(&SeriesKey, &V)> = cur.iter().collect();
-        ranked.sort_by(|a, b| b.1.rank().cmp(&a.1.rank()).then_with(|| a.0.cmp(b.0)));
-        ranked.truncate(top_n);
-        let top: Vec<SeriesKey> = ranked.into_iter().map(|(k, _)| k.clone()).collect();
-        let top_set: HashSet<&SeriesKey> = top.iter().collect();
-
-        for (key, prev) in &self.prev {
-            if !cur.contains_key(key) {
-                let gone = self.base.remove(key).unwrap_or_else(|| prev.clone());
-                self.retired
-                    .entry((key.0, group(key)))
-                    .or_default()
-                    .merge(&gone);
-            }
-        }
-        self.base.retain(|k, _| top_set.contains(k));
-        for key in &top {
-            if !self.base.contains_key(key) {
-                let reported = self.prev.get(key).cloned().unwrap_or_default();
-                self.base.insert(key.clone(), reported);
-            }
-        }
-
-        let mut out: Vec<(SeriesKey, V)> = top
-            .iter()
-            .map(|key| (key.clone(), cur[key].minus(&self.base[key])))
-            .collect();
-        let mut other: BTreeMap<SeriesKey, V> = self.retired.clone();
-        for (key, v) in &cur {
-            let folded = match self.base.get(key) {
-                Some(base) => base,
-                None => v,
-            };
-            other.entry((key.0, group(key))).or_default().merge(folded);
-        }
-        out.extend(other.into_iter().filter(|(_, v)| !v.is_zero()));
-        self.prev = cur;
-        out
-    }
-}
-
-/// The kernel lock series (`lockscope_lock_*`): every lock entry of a recording that is
-/// not a user-space lock.
-#[derive(Debug, Default)]
-pub struct LockSeries(TopSeries<WaitStats>);
-
-impl LockSeries {
-    /// Fold a (cumulative) recording's kernel locks into at most `top_n` lock series
-    /// plus one `other` series per lock type.
-    pub fn update(&mut self, rec: &Recording, top_n: usize) -> Vec<LockSample> {
-        let mut cur: HashMap<SeriesKey, WaitStats> = HashMap::new();
-        for l in rec.locks.iter().filter(|l| !l.lock_type.is_user()) {
-            cur.entry((l.lock_type, l.name.clone()))
-                .or_default()
-                .merge(&l.stats);
-        }
-        self.0
-            .fold(cur, top_n)
-            .into_iter()
-            .map(|((lock_type, lock), stats)| LockSample {
-                lock_type,
-                lock,
-                stats,
-            })
-            .collect()
-    }
-}
-
-/// The per-cgroup series (`lockscope_cgroup_*`): the recording's per (cgroup, type)
-/// figures, bounded like the locks' (the `top_n` heaviest, the rest `cgroup="other"`).
-#[derive(Debug, Default)]
-pub struct CgroupSeries(TopSeries<WaitStats>);
-
-/// One cgroup series: `cgroup` is a path below the v2 root or [`OTHER`].
-#[derive(Debug, Clone, PartialEq)]
-pub struct CgroupSample {
-    pub lock_type: LockType,
-    pub cgroup: String,
-    pub stats: WaitStats,
-}
-
-impl CgroupSeries {
-    /// `None` for a recording without cgroup attribution.
-    pub fn update(&mut self, rec: &Recording, top_n: usize) -> Option<Vec<CgroupSample>> {
-        let entries = rec.cgroups.as_ref()?;
-        let cur: HashMap<SeriesKey, WaitStats> = entries
-            .iter()
-            .map(|e| ((e.lock_type, e.cgroup.clone()), e.stats.clone()))
-            .collect();
-        Some(
-            self.0
-                .fold(cur, top_n)
-                .into_iter()
-                .map(|((lock_type, cgroup), stats)| CgroupSample {
-                    lock_type,
-                    cgroup,
-                    stats,
-                })
-                .collect(),
-        )
-    }
-}
-
 /// Labels of a cgroup series: `cgroup`, `type`, and the pod UID and container ID its
 /// path carries, when it carries them.
 fn cgroup_labels(s: &CgroupSample) -> Vec<(&'static str, String)> {
@@ -400,176 +158,6 @@ fn cgroup_labels(s: &CgroupSample) -> Vec<(&'static str, String)> {
         l.push(("container_id", id));
     }
     l
-}
-
-/// A futex word's figures: blocking waits (with their wait times) and wake calls.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct FutexFigures {
-    pub wait: WaitStats,
-    pub wakes: u64,
-}
-
-impl Folded for FutexFigures {
-    fn merge(&mut self, o: &Self) {
-        self.wait.merge(&o.wait);
-        self.wakes += o.wakes;
-    }
-    fn minus(&self, base: &Self) -> Self {
-        Self {
-            wait: minus(&self.wait, &base.wait),
-            wakes: self.wakes.saturating_sub(base.wakes),
-        }
-    }
-    fn rank(&self) -> u64 {
-        self.wait.total_ns
-    }
-    fn is_zero(&self) -> bool {
-        self.wait.count == 0 && self.wakes == 0
-    }
-    fn fell_below(&self, prev: &Self) -> bool {
-        wait_fell_below(&self.wait, &prev.wait) || self.wakes < prev.wakes
-    }
-    fn add_counts(&mut self, o: &Self) {
-        wait_add_counts(&mut self.wait, &o.wait);
-        self.wakes += o.wakes;
-    }
-}
-
-/// One series of the futex families.
-#[derive(Debug, Clone, PartialEq)]
-pub struct FutexSample {
-    /// `futex` or `futex-pi`.
-    pub lock_type: LockType,
-    /// The futex word's name (`futex 0x... of comm[pid]`), or [`OTHER`].
-    pub lock: String,
-    /// The process's name, or [`OTHER`] for the folded series.
-    pub comm: String,
-    pub figures: FutexFigures,
-}
-
-/// The user-space lock series (`lockscope_futex_*`), folded like [`LockSeries`] in two
-/// steps: the `top_n` futex words get their own `lock` label; the others are summed per
-/// process name (`lock="other"`, `comm` the process), and of those the `top_n` processes
-/// keep their `comm`, the rest are `comm="other"`. Both steps keep every series
-/// monotonic; the `lock` label has at most `top_n` + 1 values.
-#[derive(Debug, Default)]
-pub struct FutexSeries {
-    words: TopSeries<FutexFigures>,
-    comms: TopSeries<FutexFigures>,
-    /// The process name of every word of the previous update: a word that leaves the
-    /// recording (evicted, or its process forgotten) retires into its own process's
-    /// `other` series, whose figures it was counted in.
-    comm_of: HashMap<String, String>,
-}
-
-impl FutexSeries {
-    pub fn update(&mut self, rec: &Recording, top_n: usize) -> Vec<FutexSample> {
-        let mut cur: HashMap<SeriesKey, FutexFigures> = HashMap::new();
-        let mut names: HashSet<&str> = HashSet::new();
-        for l in &rec.locks {
-            let Some(user) = &l.user else { continue };
-            names.insert(&l.name);
-            self.comm_of.insert(l.name.clone(), user.comm.clone());
-            let fig = FutexFigures {
-                wait: l.stats.clone(),
-                wakes: user.futex.wake_calls,
-            };
-            cur.entry((l.lock_type, l.name.clone()))
-                .or_default()
-                .merge(&fig);
-        }
-        let comm_of = &self.comm_of;
-        let comm = |key: &SeriesKey| comm_of.get(key.1.as_str()).cloned().unwrap_or_default();
-        let mut out = Vec::new();
-        let mut rest: HashMap<SeriesKey, FutexFigures> = HashMap::new();
-        for ((lock_type, name), figures) in self.words.fold_grouped(cur, top_n, comm) {
-            // Top words come back by name, the others by process name.
-            if names.contains(name.as_str()) {
-                out.push(FutexSample {
-                    lock_type,
-                    comm: comm(&(lock_type, name.clone())),
-                    lock: name,
-                    figures,
-                });
-            } else {
-                rest.insert((lock_type, name), figures);
-            }
-        }
-        out.extend(
-            self.comms
-                .fold(rest, top_n)
-                .into_iter()
-                .map(|((lock_type, comm), figures)| FutexSample {
-                    lock_type,
-                    lock: OTHER.to_owned(),
-                    comm,
-                    figures,
-                }),
-        );
-        self.comm_of.retain(|name, _| names.contains(name.as_str()));
-        out
-    }
-}
-
-/// Starvation episodes counted once each across refreshes, by (kind, probable, tier).
-///
-/// A recording lists the episodes it holds; a producer may keep all of them, keep only
-/// the latest (or longest) few, or hand over only the new ones. In every case an
-/// episode is new exactly when the previous recording did not list it, so only the
-/// previous recording's episode identities are kept (bounded by one recording).
-#[derive(Debug, Default)]
-pub struct EpisodeCounter {
-    seen: HashSet<EpisodeId>,
-    totals: EpisodeTotals,
-}
-
-/// Episodes by (`kind` label, probable, tier).
-pub type EpisodeTotals = BTreeMap<(&'static str, bool, String), u64>;
-
-/// What makes an episode itself: when and where it started, on which lock, by whom.
-type EpisodeId = (&'static str, u64, u32, String, u32, Option<u32>);
-
-impl EpisodeCounter {
-    /// Count the episodes of `rec` not seen in the previous recording; returns the
-    /// cumulative totals.
-    pub fn update(&mut self, rec: &Recording) -> &EpisodeTotals {
-        let Some(episodes) = &rec.starvation_episodes else {
-            return &self.totals;
-        };
-        let mut now = HashSet::with_capacity(episodes.len());
-        for e in episodes {
-            let kind = episode_kind_name(e.kind);
-            let id = (
-                kind,
-                e.ts_ns,
-                e.cpu,
-                e.addr.clone(),
-                e.waiter.pid,
-                e.waiter.tid,
-            );
-            if !self.seen.contains(&id) && !now.contains(&id) {
-                *self
-                    .totals
-                    .entry((kind, e.probable, e.tier.clone()))
-                    .or_default() += 1;
-            }
-            now.insert(id);
-        }
-        self.seen = now;
-        &self.totals
-    }
-}
-
-/// `cur - base` for the additive figures; the maximum stays the lock's own maximum.
-fn minus(cur: &WaitStats, base: &WaitStats) -> WaitStats {
-    let mut d = cur.clone();
-    d.count = cur.count.saturating_sub(base.count);
-    d.failed = cur.failed.saturating_sub(base.failed);
-    d.total_ns = cur.total_ns.saturating_sub(base.total_ns);
-    for (a, b) in d.hist.iter_mut().zip(base.hist.iter()) {
-        *a = a.saturating_sub(*b);
-    }
-    d
 }
 
 fn labels(pairs: &[(&str, &str)]) -> Vec<LabelPair> {
@@ -667,14 +255,6 @@ impl Exporter {
             starvation: opts.starvation.then(|| self.episodes.update(rec).clone()),
             cgroups: self.cgroups.update(rec, opts.top_locks),
         }
-    }
-}
-
-/// `kind` label of an episode.
-pub fn episode_kind_name(k: EpisodeKind) -> &'static str {
-    match k {
-        EpisodeKind::Starvation => "starvation",
-        EpisodeKind::LongHold => "long-hold",
     }
 }
 
@@ -964,6 +544,8 @@ pub fn encode(families: &[MetricFamily]) -> anyhow::Result<String> {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::{BTreeMap, HashMap, HashSet};
+
     use super::*;
     use crate::aggregate::{
         RawSnapshot,
@@ -971,6 +553,7 @@ mod tests {
         rt::{StarvationEpisode, TaskRef},
         rwsem,
     };
+    use crate::decode::LockType;
     use lockscope_common::{
         EV_RLOCK, EV_RLOCK_HANDOFF, EV_RLOCK_STEAL, RWC_TOTALS, RWC_UNPAIRED_EXIT,
         RWSEM_COUNTERS_LEN,
@@ -1407,7 +990,7 @@ mod tests {
         assert_eq!(step(Some(6), 3), (Some((12, 1200, 12)), Some((6, 60, 6))));
         // a vanishes: its series ends; other keeps b's carried figures.
         assert_eq!(step(None, 3), (None, Some((6, 60, 6))));
-        assert_eq!(series.0.carry.len(), 1);
+        assert_eq!(series.carried(), 1);
     }
 
     fn full_text(rec: &Recording, o: &MetricsOptions) -> String {
@@ -1569,7 +1152,7 @@ mod tests {
             [(key(web, "web"), 4), (key(OTHER, "db"), 5)].into(),
             "{after:?}"
         );
-        assert_eq!(series.comm_of.len(), 1, "only the words still there");
+        assert_eq!(series.names_kept(), 1, "only the words still there");
     }
 
     #[test]
