@@ -512,7 +512,8 @@ impl Session {
             let why = tier.unavailable.as_deref().unwrap_or("not attached");
             return Ok((spin::unavailable_summary(why, tier.hook_tiers()), None));
         }
-        let snap = crate::source::spin::read_spin(self.probes.ebpf(), tier)?;
+        let snap =
+            crate::source::spin::read_spin(self.probes.ebpf(), tier.episodes(), tier.malformed())?;
         let hold_ok = tier.hold_unavailable.is_none();
         spin::merge_entries(locks, spin::deep_entries(&snap, &self.names, hold_ok));
         let episodes = spin::episodes(&snap, &self.names, lost);

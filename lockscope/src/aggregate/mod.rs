@@ -2,6 +2,7 @@
 
 pub mod cgroup;
 pub mod correlate;
+pub mod episode;
 pub mod futex;
 pub mod pi_lock;
 pub mod pthread;

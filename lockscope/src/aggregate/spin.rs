@@ -9,13 +9,11 @@ use serde::{Deserialize, Serialize};
 
 use super::{
     LockEntry, Names, RawSnapshot, WaitStats,
+    episode::{EpisodeNames, decode_episode},
     recording::{build_locks, lock_identity},
     rt::StarvationEpisode,
 };
-use crate::decode::{
-    LockType,
-    spin::{EpisodeNames, decode_episode},
-};
+use crate::decode::LockType;
 
 /// Everything the deep spinlock probes hold at one moment, CPUs summed.
 #[derive(Debug, Clone, Default)]

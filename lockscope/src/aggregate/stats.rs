@@ -69,6 +69,15 @@ impl WaitStats {
         self.hist[b] = self.hist[b].saturating_add(1);
     }
 
+    /// A per-CPU map value summed over CPUs.
+    pub fn from_cpus<'a>(values: impl IntoIterator<Item = &'a ContentionStats>) -> Self {
+        let mut out = WaitStats::default();
+        for v in values {
+            out.merge(&WaitStats::from_raw(v));
+        }
+        out
+    }
+
     pub fn merge(&mut self, other: &WaitStats) {
         if other.count == 0 {
             return;
@@ -201,6 +210,31 @@ mod tests {
             s.merge(&one);
         }
         s
+    }
+
+    #[test]
+    fn per_cpu_values_merge() {
+        let mut a = ContentionStats::EMPTY;
+        a.count = 2;
+        a.total_ns = 300;
+        a.min_ns = 100;
+        a.max_ns = 200;
+        a.hist[6] = 1;
+        a.hist[7] = 1;
+        let mut b = ContentionStats::EMPTY;
+        b.count = 1;
+        b.failed = 1;
+        b.total_ns = 50;
+        b.min_ns = 50;
+        b.max_ns = 50;
+        b.hist[5] = 1;
+        let empty = ContentionStats::EMPTY;
+        let m = WaitStats::from_cpus([&a, &b, &empty]);
+        assert_eq!(
+            (m.count, m.failed, m.total_ns, m.min_ns, m.max_ns),
+            (3, 1, 350, 50, 200)
+        );
+        assert_eq!(m.hist_total(), 3);
     }
 
     #[test]

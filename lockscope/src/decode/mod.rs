@@ -3,18 +3,14 @@
 pub mod cgroup;
 pub mod futex;
 pub mod procmaps;
-pub mod spin;
 
 use std::fmt;
 
 use lockscope_common::{
-    ContentionStats, LCB_F_ALL, LCB_F_MUTEX, LCB_F_PERCPU, LCB_F_READ, LCB_F_RT, LCB_F_SPIN,
-    LCB_F_WRITE, LOCK_KIND_MMAP_LOCK, LOCK_KIND_MMAP_WAIT_LOCK, LOCK_KIND_PI_LOCK,
-    LOCK_KIND_SIGLOCK, LockInfo,
+    LCB_F_ALL, LCB_F_MUTEX, LCB_F_PERCPU, LCB_F_READ, LCB_F_RT, LCB_F_SPIN, LCB_F_WRITE,
+    LOCK_KIND_MMAP_LOCK, LOCK_KIND_MMAP_WAIT_LOCK, LOCK_KIND_PI_LOCK, LOCK_KIND_SIGLOCK, LockInfo,
 };
 use serde::{Deserialize, Serialize};
-
-use crate::aggregate::WaitStats;
 
 /// A lock type, named as `perf lock contention` names it, decoded from `LCB_F_*` flags.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -211,15 +207,6 @@ pub fn flags_mask(types: &[LockType]) -> u64 {
         .fold(0u64, |m, t| m | (1u64 << t.flags()))
 }
 
-/// Sum a per-CPU map value over CPUs.
-pub fn merge_cpus<'a>(values: impl IntoIterator<Item = &'a ContentionStats>) -> WaitStats {
-    let mut out = WaitStats::default();
-    for v in values {
-        out.merge(&WaitStats::from_raw(v));
-    }
-    out
-}
-
 /// What the kernel told us about who a lock belongs to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LockOwner {
@@ -408,30 +395,5 @@ mod tests {
         );
         let bad = LockInfo { kind: 99, ..info };
         assert!(LockOwner::decode(&bad).is_err());
-    }
-
-    #[test]
-    fn per_cpu_values_merge() {
-        let mut a = ContentionStats::EMPTY;
-        a.count = 2;
-        a.total_ns = 300;
-        a.min_ns = 100;
-        a.max_ns = 200;
-        a.hist[6] = 1;
-        a.hist[7] = 1;
-        let mut b = ContentionStats::EMPTY;
-        b.count = 1;
-        b.failed = 1;
-        b.total_ns = 50;
-        b.min_ns = 50;
-        b.max_ns = 50;
-        b.hist[5] = 1;
-        let empty = ContentionStats::EMPTY;
-        let m = merge_cpus([&a, &b, &empty]);
-        assert_eq!(
-            (m.count, m.failed, m.total_ns, m.min_ns, m.max_ns),
-            (3, 1, 350, 50, 200)
-        );
-        assert_eq!(m.hist_total(), 3);
     }
 }

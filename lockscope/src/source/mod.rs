@@ -23,7 +23,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use crate::{
     aggregate::{RawSnapshot, timeline::LockTotals},
-    decode::{LockType, comm_to_string, merge_cpus},
+    decode::{LockType, comm_to_string},
 };
 
 /// Per-CPU event counters summed over CPUs (cheap: one small array).
@@ -116,7 +116,7 @@ pub fn read_snapshot(ebpf: &Ebpf, futex: bool) -> anyhow::Result<RawSnapshot> {
     raw.stats = batch::percpu_entries::<ContentionKey, ContentionStats, _>(
         ebpf,
         "CONTENTION_STATS",
-        |cpus| merge_cpus(cpus.collect::<Vec<_>>().iter()),
+        |cpus| crate::aggregate::WaitStats::from_cpus(cpus.collect::<Vec<_>>().iter()),
     )?;
     raw.lock_info = batch::hash_entries::<u64, LockInfo>(ebpf, "LOCK_INFO")?
         .into_iter()

@@ -9,18 +9,15 @@ use aya::{
 };
 use lockscope_common::{ContentionKey, ContentionStats, SPIN_COUNTERS_LEN, SpinWatch, StackFrames};
 
-use crate::{aggregate::spin::SpinSnapshot, decode::merge_cpus, probe::spin::SpinTier};
+use crate::aggregate::{WaitStats, spin::SpinSnapshot};
 
-fn stats(
-    ebpf: &Ebpf,
-    name: &str,
-) -> anyhow::Result<Vec<(ContentionKey, crate::aggregate::WaitStats)>> {
+fn stats(ebpf: &Ebpf, name: &str) -> anyhow::Result<Vec<(ContentionKey, WaitStats)>> {
     let map: PerCpuHashMap<&MapData, ContentionKey, ContentionStats> =
         PerCpuHashMap::try_from(ebpf.map(name).with_context(|| format!("{name} map"))?)?;
     let mut out = Vec::new();
     for entry in map.iter() {
         let (key, values) = entry.with_context(|| format!("reading {name}"))?;
-        out.push((key, merge_cpus(values.iter())));
+        out.push((key, WaitStats::from_cpus(values.iter())));
     }
     Ok(out)
 }
@@ -32,12 +29,18 @@ fn proc_comm(path: &str) -> Option<String> {
         .map(|s| s.trim_end().to_owned())
 }
 
-pub fn read_spin(ebpf: &Ebpf, tier: &SpinTier) -> anyhow::Result<SpinSnapshot> {
+/// The deep spinlock tier's maps, with the episode records its ring buffer gave so far
+/// (and how many were malformed).
+pub fn read_spin(
+    ebpf: &Ebpf,
+    episodes: Vec<lockscope_common::SpinEpisodeRecord>,
+    malformed: u64,
+) -> anyhow::Result<SpinSnapshot> {
     let mut snap = SpinSnapshot {
         waits: stats(ebpf, "SPIN_WAIT_STATS")?,
         holds: stats(ebpf, "SPIN_HOLD_STATS")?,
-        episodes: tier.episodes(),
-        malformed: tier.malformed(),
+        episodes,
+        malformed,
         ..Default::default()
     };
     let counters: PerCpuArray<&MapData, u64> =

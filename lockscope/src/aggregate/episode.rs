@@ -5,9 +5,9 @@
 
 use lockscope_common::*;
 
-use crate::aggregate::rt::{Acquirer, EpisodeKind, StarvationEpisode, TaskRef};
+use super::rt::{Acquirer, EpisodeKind, StarvationEpisode, TaskRef};
 
-use super::comm_to_string;
+use crate::decode::comm_to_string;
 
 /// One step of a scripted run, as the probes see it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
