@@ -8,11 +8,11 @@ use serde::{Deserialize, Serialize};
 
 use super::{
     WaitStats,
+    model::{CallerEntry, LockEntry, TaskEntry},
     pthread::{
         PthreadEvents, PthreadLock, PthreadSite, PthreadSnapshot, attribution, pthread_lost,
         pthread_name,
     },
-    recording::{CallerEntry, LockEntry, TaskEntry},
 };
 use crate::decode::{LockType, futex::FutexCmd};
 

@@ -4,6 +4,7 @@ pub mod cgroup;
 pub mod correlate;
 pub mod episode;
 pub mod futex;
+pub mod model;
 pub mod pi_lock;
 pub mod pthread;
 pub mod rates;
@@ -16,5 +17,6 @@ pub mod spin;
 pub mod stats;
 pub mod timeline;
 
-pub use recording::{Frame, LockEntry, Names, RawSnapshot, Recording};
+pub use model::{LockEntry, Recording};
+pub use recording::{Frame, Names, RawSnapshot};
 pub use stats::WaitStats;

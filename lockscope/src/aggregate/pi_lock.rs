@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 use super::{
     LockEntry, WaitStats,
     correlate::{Activity, WatchedWait, correlate, probable_starvation},
-    recording::Owner,
+    model::Owner,
     rt::{Acquirer, LatencySpike, SpikeSource, StarvationEpisode, TaskRef},
 };
 use crate::decode::{LockType, comm_to_string};

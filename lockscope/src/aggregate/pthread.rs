@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, HashMap};
 use lockscope_common::*;
 use serde::{Deserialize, Serialize};
 
-use super::{WaitStats, recording::CallerEntry};
+use super::{WaitStats, model::CallerEntry};
 use crate::decode::LockType;
 
 /// One call site's attributed waits on one futex word.
@@ -263,7 +263,7 @@ pub fn attributed_type(sites: &[&PthreadSite]) -> Option<LockType> {
 /// `0x55d0c0a9c010` as `function+0xoff` when symbolized.
 fn site_text(names: &HashMap<(u32, u64), String>, tgid: u32, site: u64) -> String {
     if site == 0 {
-        return super::recording::UNKNOWN_CALLER.to_owned();
+        return super::model::UNKNOWN_CALLER.to_owned();
     }
     names
         .get(&(tgid, site))
