@@ -3,6 +3,7 @@
 pub mod cgroup;
 pub mod correlate;
 pub mod episode;
+pub mod forget;
 pub mod futex;
 pub mod model;
 pub mod pi_lock;
