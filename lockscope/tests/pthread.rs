@@ -378,3 +378,47 @@ fn ten_thousand_threads_nothing_silently_dropped() {
     assert_eq!(ev["enter"], ev["exit"], "{ev}");
     assert_eq!(ev["in_progress_at_end"], 0, "{ev}");
 }
+
+/// A stripped program's call sites have no symbol: they are shown as the file and the
+/// offset in it (what `addr2line -e` takes with the program's debug file), not as bare
+/// addresses.
+#[test]
+fn a_stripped_programs_call_sites_are_file_and_offset() {
+    let _serial = serial();
+    let dir = scratch("pthread-stripped");
+    let src = dir.join("contend.c");
+    let exe = dir.join("contend-stripped");
+    std::fs::write(&src, STATIC_PROGRAM).unwrap();
+    run_ok(
+        Command::new("cc")
+            .args(["-O1", "-pthread", "-o"])
+            .arg(&exe)
+            .arg(&src),
+    );
+    run_ok(Command::new("strip").arg(&exe));
+    let file = dir.join("f.json");
+    let out = run_ok(
+        lockscope()
+            .args(["record", "-o"])
+            .arg(&file)
+            .arg("--")
+            .arg(&exe),
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let rec = read_json(&file);
+    let addr = summary(&stdout)["lock"].clone();
+    let l = locks(&rec)
+        .iter()
+        .find(|l| l["addr"] == addr.as_str())
+        .unwrap_or_else(|| panic!("no entry for {addr}:\n{stdout}"));
+    assert_eq!(l["type"], "pthread-mutex", "{l:#}");
+    let callers = l["callers"].as_array().unwrap();
+    assert!(!callers.is_empty(), "{l:#}");
+    for c in callers {
+        let name = c["caller"].as_str().unwrap();
+        let off = name
+            .strip_prefix("contend-stripped+0x")
+            .unwrap_or_else(|| panic!("not file+offset: {name}"));
+        assert!(u64::from_str_radix(off, 16).is_ok(), "{name}");
+    }
+}

@@ -77,7 +77,7 @@ impl UserNames {
         let maps = self.maps.borrow();
         let mut names = self.names.borrow_mut();
         // Unnamed sites grouped by file: one symbolizer call per file.
-        let mut by_file: BTreeMap<PathBuf, Vec<(Site, u64)>> = BTreeMap::new();
+        let mut by_file: BTreeMap<PathBuf, Vec<(Site, u64, String)>> = BTreeMap::new();
         for &(tgid, addr) in sites {
             if names.contains_key(&(tgid, addr)) {
                 continue;
@@ -92,10 +92,14 @@ impl UserNames {
             } else {
                 PathBuf::from(path)
             };
-            by_file.entry(file).or_default().push(((tgid, addr), off));
+            let shown = module_name(path);
+            by_file
+                .entry(file)
+                .or_default()
+                .push(((tgid, addr), off, shown));
         }
         for (file, wanted) in by_file {
-            let offsets: Vec<u64> = wanted.iter().map(|(_, off)| *off).collect();
+            let offsets: Vec<u64> = wanted.iter().map(|(_, off, _)| *off).collect();
             let src = Source::Elf(Elf {
                 debug_syms: false,
                 ..Elf::new(file)
@@ -104,12 +108,14 @@ impl UserNames {
                 .symbolizer
                 .symbolize(&src, Input::FileOffset(&offsets))
                 .unwrap_or_default();
-            for (i, (site, _)) in wanted.iter().enumerate() {
+            for (i, (site, off, module)) in wanted.iter().enumerate() {
+                // No symbol (a stripped binary): the file and offset, which its debug
+                // file resolves later (`addr2line -e FILE.debug OFFSET`).
                 let name = match results.get(i) {
-                    Some(Symbolized::Sym(s)) => Some(frame_text(&s.name, s.offset as u64)),
-                    _ => None,
+                    Some(Symbolized::Sym(s)) => frame_text(&s.name, s.offset as u64),
+                    _ => frame_text(module, *off),
                 };
-                names.insert(*site, name);
+                names.insert(*site, Some(name));
             }
         }
         sites
@@ -119,9 +125,29 @@ impl UserNames {
     }
 }
 
+/// The file name a frame without a symbol is shown by (`memcached`, `libfoo.so.1`).
+fn module_name(path: &str) -> String {
+    path.rsplit('/')
+        .next()
+        .filter(|n| !n.is_empty())
+        .unwrap_or(path)
+        .trim_end_matches(" (deleted)")
+        .to_owned()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn frames_without_symbols_are_module_and_offset() {
+        assert_eq!(module_name("/usr/bin/memcached"), "memcached");
+        assert_eq!(module_name("/usr/lib/libx.so.1 (deleted)"), "libx.so.1");
+        assert_eq!(
+            frame_text(&module_name("/usr/bin/memcached"), 0x2ceb68),
+            "memcached+0x2ceb68"
+        );
+    }
 
     /// A function of this test binary, called through a pointer so it stays out of line.
     #[inline(never)]
