@@ -523,15 +523,30 @@ fn in_flight_waits_evicted_from_lru_maps_are_counted_as_lost() {
     let evicted = rec["lost"]["task_wait_evicted"].as_u64().unwrap();
     let ev = &rec["events"];
     assert!(evicted > 0, "{:#}", rec["lost"]);
-    // The probes are detached: exact. Each evicted wait's end came without its begin.
-    assert_eq!(ev["unpaired_end"].as_u64(), Some(evicted), "{ev}");
+    // The probes are detached: exact. Each evicted wait's end came without its begin
+    // (but for an end the kernel skipped, a re-entered program: `recursion_misses`).
+    let unpaired = ev["unpaired_end"].as_u64().unwrap();
+    let skipped = rec["lost"]["recursion_misses"].as_u64().unwrap_or(0);
+    assert!(
+        unpaired <= evicted && evicted - unpaired <= skipped,
+        "{ev} {:#}",
+        rec["lost"]
+    );
+    // Every begin is a timed end, an evicted wait, one still waiting, one filtered by
+    // type, or one of the other counted losses (a spinning wait whose end the kernel
+    // skipped, nesting too deep, a full map).
+    let lost = |k: &str| rec["lost"][k].as_u64().unwrap_or(0);
     assert_eq!(
         ev["begin"].as_u64().unwrap(),
         ev["end"].as_u64().unwrap()
             + evicted
             + ev["in_progress_at_end"].as_u64().unwrap()
-            + ev["type_filtered"].as_u64().unwrap(),
-        "{ev}"
+            + ev["type_filtered"].as_u64().unwrap()
+            + lost("end_missed")
+            + lost("cpu_nesting_overflow")
+            + lost("task_wait_map_full"),
+        "{ev} {:#}",
+        rec["lost"]
     );
 
     // 32 threads in futex calls, 16 slots for calls in flight.
@@ -550,12 +565,23 @@ fn in_flight_waits_evicted_from_lru_maps_are_counted_as_lost() {
         "futex.json",
     );
     let evicted = rec["lost"]["futex_calls_evicted"].as_u64().unwrap();
+    let lost = |k: &str| rec["lost"][k].as_u64().unwrap_or(0);
     let f = &rec["futex_events"];
     assert!(evicted > 0, "{:#}", rec["lost"]);
-    assert_eq!(f["unpaired_exit"].as_u64(), Some(evicted), "{f}");
+    let unpaired = f["unpaired_exit"].as_u64().unwrap();
+    assert!(
+        unpaired <= evicted && evicted - unpaired <= lost("recursion_misses"),
+        "{f} {:#}",
+        rec["lost"]
+    );
     assert_eq!(
         f["enter"].as_u64().unwrap(),
-        f["exit"].as_u64().unwrap() + evicted + f["in_progress_at_end"].as_u64().unwrap(),
-        "{f}"
+        f["exit"].as_u64().unwrap()
+            + evicted
+            + f["in_progress_at_end"].as_u64().unwrap()
+            + f["unpaired_enter"].as_u64().unwrap()
+            + lost("futex_call_map_full"),
+        "{f} {:#}",
+        rec["lost"]
     );
 }
