@@ -215,27 +215,43 @@ int main(void) {
 }
 "#;
 
-#[test]
-fn a_static_program_falls_back_to_futex_addresses_with_a_note() {
-    let _serial = serial();
-    let dir = scratch("pthread-static");
+/// The C contender (`STATIC_PROGRAM`) built in `dir` as `name`, with extra `cc` flags.
+fn compile_contender(dir: &std::path::Path, name: &str, flags: &[&str]) -> std::path::PathBuf {
     let src = dir.join("contend.c");
-    let exe = dir.join("contend-static");
+    let exe = dir.join(name);
     std::fs::write(&src, STATIC_PROGRAM).unwrap();
     run_ok(
         Command::new("cc")
-            .args(["-static", "-O1", "-pthread", "-o"])
+            .args(flags)
+            .args(["-O1", "-pthread", "-o"])
             .arg(&exe)
             .arg(&src),
     );
+    exe
+}
+
+/// `record -o` of `exe`: the recording's path and record's output.
+fn record_program(
+    dir: &std::path::Path,
+    exe: &std::path::Path,
+) -> (std::path::PathBuf, std::process::Output) {
     let file = dir.join("f.json");
     let out = run_ok(
         lockscope()
             .args(["record", "-o"])
             .arg(&file)
             .arg("--")
-            .arg(&exe),
+            .arg(exe),
     );
+    (file, out)
+}
+
+#[test]
+fn a_static_program_falls_back_to_futex_addresses_with_a_note() {
+    let _serial = serial();
+    let dir = scratch("pthread-static");
+    let exe = compile_contender(&dir, "contend-static", &["-static"]);
+    let (file, out) = record_program(&dir, &exe);
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     let note = stderr
@@ -386,24 +402,9 @@ fn ten_thousand_threads_nothing_silently_dropped() {
 fn a_stripped_programs_call_sites_are_file_and_offset() {
     let _serial = serial();
     let dir = scratch("pthread-stripped");
-    let src = dir.join("contend.c");
-    let exe = dir.join("contend-stripped");
-    std::fs::write(&src, STATIC_PROGRAM).unwrap();
-    run_ok(
-        Command::new("cc")
-            .args(["-O1", "-pthread", "-o"])
-            .arg(&exe)
-            .arg(&src),
-    );
+    let exe = compile_contender(&dir, "contend-stripped", &[]);
     run_ok(Command::new("strip").arg(&exe));
-    let file = dir.join("f.json");
-    let out = run_ok(
-        lockscope()
-            .args(["record", "-o"])
-            .arg(&file)
-            .arg("--")
-            .arg(&exe),
-    );
+    let (file, out) = record_program(&dir, &exe);
     let stdout = String::from_utf8_lossy(&out.stdout);
     let rec = read_json(&file);
     let addr = summary(&stdout)["lock"].clone();

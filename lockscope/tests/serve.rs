@@ -241,6 +241,30 @@ fn stop_serve(serve: &mut Guard, signal: i32, log: &Path) -> String {
     text
 }
 
+/// A Prometheus server of the test's own on `port` with `config` (its YAML), its data
+/// in `dir`; ready when this returns, killed on drop.
+fn start_prometheus(dir: &Path, port: u16, config: &str) -> Guard {
+    let prom_dir = dir.join("prometheus");
+    std::fs::create_dir_all(&prom_dir).unwrap();
+    let prom_config = dir.join("prometheus.yml");
+    std::fs::write(&prom_config, config).unwrap();
+    let prometheus = Guard(
+        Command::new("prometheus")
+            .arg(format!("--config.file={}", prom_config.display()))
+            .arg(format!("--storage.tsdb.path={}", prom_dir.display()))
+            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+            .arg("--log.level=warn")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(dir.join("prometheus.stderr")).unwrap())
+            .spawn()
+            .expect("prometheus (installed by cargo xtask setup)"),
+    );
+    wait_until("prometheus ready", Duration::from_secs(60), || {
+        matches!(http_get(port, "/-/ready"), Ok((200, _))).then_some(())
+    });
+    prometheus
+}
+
 /// Query Prometheus's HTTP API: the first result's value, if any.
 fn prom_query(port: u16, query: &str) -> Option<f64> {
     let (status, body) =
@@ -283,32 +307,15 @@ fn prometheus_scrapes_serve_while_mmap_churn_runs() {
         "serve holds its programs and links: {ours:?}"
     );
 
-    let prom_dir = dir.join("prometheus");
-    std::fs::create_dir_all(&prom_dir).unwrap();
-    let prom_config = dir.join("prometheus.yml");
-    std::fs::write(
-        &prom_config,
-        format!(
+    let _prometheus = start_prometheus(
+        &dir,
+        prom_port,
+        &format!(
             "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n\
              scrape_configs:\n  - job_name: lockscope\n    static_configs:\n\
              \x20     - targets: ['127.0.0.1:{serve_port}']\n"
         ),
-    )
-    .unwrap();
-    let _prometheus = Guard(
-        Command::new("prometheus")
-            .arg(format!("--config.file={}", prom_config.display()))
-            .arg(format!("--storage.tsdb.path={}", prom_dir.display()))
-            .arg(format!("--web.listen-address=127.0.0.1:{prom_port}"))
-            .arg("--log.level=warn")
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(dir.join("prometheus.stderr")).unwrap())
-            .spawn()
-            .expect("prometheus (installed by cargo xtask setup)"),
     );
-    wait_until("prometheus ready", Duration::from_secs(60), || {
-        matches!(http_get(prom_port, "/-/ready"), Ok((200, _))).then_some(())
-    });
 
     // The churn runs in a cgroup of its own (exec keeps the pid, and the name).
     let cg = TestCgroup::create("serve");
@@ -1409,30 +1416,16 @@ fn tls_basic_auth_and_redaction_from_a_web_config() {
 
     // A real Prometheus, configured as for any exporter with TLS and basic auth.
     let prom_port = free_port();
-    let prom_dir = dir.join("prometheus");
-    std::fs::create_dir_all(&prom_dir).unwrap();
-    let prom_config = dir.join("prometheus.yml");
-    std::fs::write(
-        &prom_config,
-        format!(
+    let _prometheus = start_prometheus(
+        &dir,
+        prom_port,
+        &format!(
             "global:\n  scrape_interval: 1s\n\
              scrape_configs:\n  - job_name: lockscope\n    scheme: https\n\
              \x20   tls_config:\n      ca_file: {ca}\n\
              \x20   basic_auth:\n      username: prometheus\n      password: s3cret\n\
              \x20   static_configs:\n      - targets: ['127.0.0.1:{port}']\n"
         ),
-    )
-    .unwrap();
-    let _prometheus = Guard(
-        Command::new("prometheus")
-            .arg(format!("--config.file={}", prom_config.display()))
-            .arg(format!("--storage.tsdb.path={}", prom_dir.display()))
-            .arg(format!("--web.listen-address=127.0.0.1:{prom_port}"))
-            .arg("--log.level=warn")
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(dir.join("prometheus.stderr")).unwrap())
-            .spawn()
-            .expect("prometheus (installed by cargo xtask setup)"),
     );
     let n = wait_until(
         "Prometheus to scrape over TLS",

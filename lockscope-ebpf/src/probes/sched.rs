@@ -15,11 +15,17 @@ use crate::maps::{CONFIG, TARGETS, TASK_CGROUPS, count};
 /// the new one. Exec is rare: nothing on any hot path.
 #[btf_tracepoint(function = "sched_process_exec")]
 pub fn sched_process_exec(_ctx: BtfTracePointContext) -> i32 {
-    let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
+    forget_process((bpf_get_current_pid_tgid() >> 32) as u32);
+    0
+}
+
+/// Forget what a process's first wait recorded (names, cgroup): its next wait records
+/// them anew.
+#[inline(always)]
+fn forget_process(tgid: u32) {
     crate::probes::contention::forget_comm(tgid);
     crate::probes::futex::forget_comm(tgid);
     let _ = TASK_CGROUPS.remove(tgid);
-    0
 }
 
 /// A process (`threadgroup`) or thread moved to another cgroup: forget its names and
@@ -34,9 +40,7 @@ pub fn cgroup_attach_task(ctx: BtfTracePointContext) -> i32 {
     else {
         return 0;
     };
-    crate::probes::contention::forget_comm(tgid);
-    crate::probes::futex::forget_comm(tgid);
-    let _ = TASK_CGROUPS.remove(tgid);
+    forget_process(tgid);
     0
 }
 

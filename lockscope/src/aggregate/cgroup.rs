@@ -3,7 +3,10 @@
 //! word, not from the tasks a long-running sink keeps per lock, so they stay exact when
 //! tasks are left out. Pure: the cgroup of each process comes from the caller.
 
-use std::collections::{BTreeMap, HashMap};
+use std::{
+    cmp::Reverse,
+    collections::{BTreeMap, HashMap},
+};
 
 use serde::{Deserialize, Serialize};
 
@@ -57,12 +60,13 @@ pub fn summarize(
             stats,
         })
         .collect();
+    // Longest total wait first; ties by name (entries are unique per cgroup and type).
     out.sort_by(|a, b| {
-        b.stats
-            .total_ns
-            .cmp(&a.stats.total_ns)
-            .then_with(|| a.cgroup.cmp(&b.cgroup))
-            .then_with(|| a.lock_type.cmp(&b.lock_type))
+        (Reverse(a.stats.total_ns), &a.cgroup, a.lock_type).cmp(&(
+            Reverse(b.stats.total_ns),
+            &b.cgroup,
+            b.lock_type,
+        ))
     });
     out
 }
@@ -108,10 +112,7 @@ pub fn totals(rec: &Recording) -> Option<Vec<CgroupTotal>> {
         })
         .collect();
     out.sort_by(|a, b| {
-        b.stats
-            .total_ns
-            .cmp(&a.stats.total_ns)
-            .then_with(|| a.cgroup.cmp(&b.cgroup))
+        (Reverse(a.stats.total_ns), &a.cgroup).cmp(&(Reverse(b.stats.total_ns), &b.cgroup))
     });
     Some(out)
 }

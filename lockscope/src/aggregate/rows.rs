@@ -92,11 +92,7 @@ pub fn rows(rec: &Recording, by: GroupBy) -> Vec<Row> {
                 .collect()
         }),
         GroupBy::Task => group(rec, |l| {
-            let top = l
-                .callers
-                .first()
-                .map(|c| c.caller.clone())
-                .unwrap_or_default();
+            let top = top_caller(l);
             l.tasks
                 .iter()
                 .map(|t| {
@@ -112,11 +108,7 @@ pub fn rows(rec: &Recording, by: GroupBy) -> Vec<Row> {
             // Callers from the tasks kept per lock; figures from the per-cgroup totals,
             // which count every wait even where a snapshot left tasks out.
             let mut rows = group(rec, |l| {
-                let top = l
-                    .callers
-                    .first()
-                    .map(|c| c.caller.clone())
-                    .unwrap_or_default();
+                let top = top_caller(l);
                 l.tasks
                     .iter()
                     .map(|t| {
@@ -142,14 +134,18 @@ pub fn rows(rec: &Recording, by: GroupBy) -> Vec<Row> {
             rows
         }
         GroupBy::Type => group(rec, |l| {
-            let top = l
-                .callers
-                .first()
-                .map(|c| c.caller.clone())
-                .unwrap_or_default();
+            let top = top_caller(l);
             vec![(l.lock_type.to_string(), top, l.stats.clone())]
         }),
     }
+}
+
+/// A lock's heaviest caller (empty when it has none).
+fn top_caller(l: &super::LockEntry) -> String {
+    l.callers
+        .first()
+        .map(|c| c.caller.clone())
+        .unwrap_or_default()
 }
 
 /// Regroup: `parts` yields (group name, a caller, stats) for each lock.

@@ -16,7 +16,7 @@ fn futex_rows(tracefs: Option<&Path>, can_load: bool) {
     let mut tried: Vec<(&str, Result<(), String>)> = Vec::new();
     for (prog, tp) in FUTEX_PROGRAMS.into_iter().chain([FUTEX_RESTART_EXIT]) {
         let exists = tracefs.is_some_and(|t| features::tracepoint_exists(t, "syscalls", tp));
-        let status = if groups::switched_off("futex") {
+        let status = if groups::switched_off(groups::FUTEX) {
             Err(groups::SWITCHED_OFF.to_owned())
         } else if !can_load {
             Err("not tried: needs BTF and privileges".to_owned())

@@ -91,22 +91,34 @@ pub const TP_GROUPS: [&Group; 6] = [
     &FORK_FOLLOW,
 ];
 
+/// The tracepoint-tier estimate of mmap_lock trylock failures: one program, of two
+/// variants by the tracepoint's arity, which the loader picks (so no `hooks` here).
+pub const MMAP_LOCK_ESTIMATE: Group = Group {
+    name: "mmap-lock-estimate",
+    gives: "mmap_lock trylock failures, estimated (mmap_lock_acquire_returned)",
+    without: "mmap_lock trylock failures are not estimated (n/a)",
+    required: false,
+    hooks: &[],
+};
+
+/// Names of the groups that pick their own hooks.
+pub const FUTEX: &str = "futex";
+pub const RWSEM_DEEP: &str = "rwsem-deep";
+pub const SPIN_DEEP: &str = "spin-deep";
+
 /// The groups that pick their own hooks: (name, what they give).
 pub const OTHER_GROUPS: [(&str, &str); 4] = [
     (
-        "futex",
+        FUTEX,
         "user-space locks: futex(2) and futex2 syscalls (syscalls tracepoints)",
     ),
     (
-        "rwsem-deep",
+        RWSEM_DEEP,
         "rwsem lock events, exact (fentry/kprobe on the rwsem slow paths)",
     ),
+    (MMAP_LOCK_ESTIMATE.name, MMAP_LOCK_ESTIMATE.gives),
     (
-        "mmap-lock-estimate",
-        "mmap_lock trylock failures, estimated (mmap_lock_acquire_returned)",
-    ),
-    (
-        "spin-deep",
+        SPIN_DEEP,
         "pi_lock waits, hold times, starvation (fentry/kprobe on spinlocks)",
     ),
 ];

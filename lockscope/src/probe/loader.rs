@@ -270,7 +270,7 @@ impl Probes {
                 }
             }
         }
-        if wants_futex(&opts.types) && groups::switched_off("futex") {
+        if wants_futex(&opts.types) && groups::switched_off(groups::FUTEX) {
             probes.notes.push(format!(
                 "futex: {}: user-space locks are not traced; kernel locks are recorded",
                 groups::SWITCHED_OFF
@@ -289,7 +289,7 @@ impl Probes {
                 probes.pthread = PthreadProbes::default();
             }
         }
-        probes.rwsem = if groups::switched_off("rwsem-deep") {
+        probes.rwsem = if groups::switched_off(groups::RWSEM_DEEP) {
             probes.notes.push(format!(
                 "rwsem-deep: {}: rwsem lock events are tracepoint-tier estimates or n/a",
                 groups::SWITCHED_OFF
@@ -310,18 +310,16 @@ impl Probes {
             } else {
                 "rwsem_mmap_lock_acquire_returned3"
             };
-            let group = Group {
-                name: "mmap-lock-estimate",
-                gives: "",
-                without: "mmap_lock trylock failures are not estimated (n/a)",
-                required: false,
-                hooks: &[],
-            };
-            probes.mmap_estimate =
-                probes.attach_one_of(&group, &[(prog, "mmap_lock_acquire_returned")], &btf)?;
+            probes.mmap_estimate = probes.attach_one_of(
+                &groups::MMAP_LOCK_ESTIMATE,
+                &[(prog, "mmap_lock_acquire_returned")],
+                &btf,
+            )?;
         }
         probes.spin = match &spin_config {
-            _ if groups::switched_off("spin-deep") => SpinTier::off(groups::SWITCHED_OFF.into()),
+            _ if groups::switched_off(groups::SPIN_DEEP) => {
+                SpinTier::off(groups::SWITCHED_OFF.into())
+            }
             _ if !pi_lock => SpinTier::off("task_struct.pi_lock is not in the kernel's BTF".into()),
             Ok(_) => SpinTier::attach(&mut probes.ebpf, &btf, true),
             Err(e) => SpinTier::off(format!("{e:#}")),

@@ -283,14 +283,7 @@ pub struct TestCgroup {
 
 impl TestCgroup {
     pub fn create(name: &str) -> Self {
-        let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap();
-        let root = mounts
-            .lines()
-            .find_map(|l| {
-                let f: Vec<&str> = l.split_whitespace().collect();
-                (f.get(2) == Some(&"cgroup2")).then(|| PathBuf::from(f[1]))
-            })
-            .expect("a cgroup v2 hierarchy is mounted");
+        let root = lockscope::probe::features::cgroup2_root().expect("a cgroup v2 hierarchy");
         let name = format!("lockscope-test-{name}-{}", std::process::id());
         let path = root.join(&name);
         let _ = std::fs::remove_dir(&path);

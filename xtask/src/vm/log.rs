@@ -26,6 +26,25 @@ pub struct GuestLog {
 }
 
 impl GuestLog {
+    /// A recording the guest dumped, parsed; a missing or broken one is a failed check.
+    pub(super) fn recording(
+        &self,
+        file: &str,
+        check: &mut impl FnMut(bool, String),
+    ) -> Option<serde_json::Value> {
+        match self.files.get(file).map(|t| serde_json::from_str(t)) {
+            Some(Ok(rec)) => Some(rec),
+            Some(Err(e)) => {
+                check(false, format!("{file} is not JSON: {e}"));
+                None
+            }
+            None => {
+                check(false, format!("guest dumped no {file}"));
+                None
+            }
+        }
+    }
+
     /// The guest died (no result line) of an `int3` Oops: a CPU ran a breakpoint that
     /// live code patching (ftrace attaching or detaching a trampoline) had already
     /// removed. Seen only under QEMU's TCG, on the 6.12 kernels, while trampolines on

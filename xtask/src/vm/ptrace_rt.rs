@@ -54,20 +54,8 @@ pub(super) fn check_ptrace_rt(
         check(false, format!("guest ran no {step} step"));
         return;
     };
-    let rec = match g
-        .files
-        .get("ptrace-rt.json")
-        .map(|t| serde_json::from_str::<Value>(t))
-    {
-        Some(Ok(rec)) => rec,
-        Some(Err(e)) => {
-            check(false, format!("ptrace-rt.json is not JSON: {e}"));
-            return;
-        }
-        None => {
-            check(false, "guest dumped no ptrace-rt.json".into());
-            return;
-        }
+    let Some(rec) = g.recording("ptrace-rt.json", check) else {
+        return;
     };
     let num = |v: &Value| v.as_u64().unwrap_or(0);
     let lost = |key: &str| rec["lost"].get(key).and_then(Value::as_u64);

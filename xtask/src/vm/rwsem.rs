@@ -13,92 +13,75 @@ pub(super) fn check_rwsem(
     lines: &mut Vec<String>,
     check: &mut impl FnMut(bool, String),
 ) {
-    match g
-        .files
-        .get("churn.json")
-        .map(|t| serde_json::from_str::<Value>(t))
-    {
-        Some(Ok(rec)) => {
-            let r = mmap_lock_events(&rec, "rwsem:R");
-            let w = mmap_lock_events(&rec, "rwsem:W");
-            lines.push(format!("churn mmap_lock R events: {}", short(&r)));
-            lines.push(format!("churn mmap_lock W events: {}", short(&w)));
-            lines.push(format!(
-                "churn system: {}",
-                short(&rec.pointer("/rwsem_events/system").cloned())
-            ));
-            if k.rt {
-                let system = rec
-                    .pointer("/rwsem_events/system")
-                    .and_then(Value::as_object);
+    if let Some(rec) = g.recording("churn.json", check) {
+        let r = mmap_lock_events(&rec, "rwsem:R");
+        let w = mmap_lock_events(&rec, "rwsem:W");
+        lines.push(format!("churn mmap_lock R events: {}", short(&r)));
+        lines.push(format!("churn mmap_lock W events: {}", short(&w)));
+        lines.push(format!(
+            "churn system: {}",
+            short(&rec.pointer("/rwsem_events/system").cloned())
+        ));
+        if k.rt {
+            let system = rec
+                .pointer("/rwsem_events/system")
+                .and_then(Value::as_object);
+            check(
+                system.is_some_and(|s| s.len() == 16 && s.values().all(Value::is_null)),
+                "PREEMPT_RT: every rwsem_* system count is n/a (null), none is 0".into(),
+            );
+            let steal = event(&r, "rlock_steal");
+            check(
+                steal.is_none(),
+                format!("PREEMPT_RT: rlock_steal is n/a (got {steal:?})"),
+            );
+        } else {
+            for (side, name) in [
+                (&r, "rlock_steal"),
+                (&w, "opt_lock"),
+                (&r, "rlock"),
+                (&w, "wlock"),
+            ] {
+                let v = event(side, name);
                 check(
-                    system.is_some_and(|s| s.len() == 16 && s.values().all(Value::is_null)),
-                    "PREEMPT_RT: every rwsem_* system count is n/a (null), none is 0".into(),
-                );
-                let steal = event(&r, "rlock_steal");
-                check(
-                    steal.is_none(),
-                    format!("PREEMPT_RT: rlock_steal is n/a (got {steal:?})"),
-                );
-            } else {
-                for (side, name) in [
-                    (&r, "rlock_steal"),
-                    (&w, "opt_lock"),
-                    (&r, "rlock"),
-                    (&w, "wlock"),
-                ] {
-                    let v = event(side, name);
-                    check(
-                        v.is_some_and(|v| v > 0),
-                        format!("churn: mmap_lock {name} > 0 (got {v:?})"),
-                    );
-                }
-                // Every write slowpath either spins to the lock or fails to (and queues).
-                let sys = |n: &str| {
-                    rec.pointer(&format!("/rwsem_events/system/rwsem_{n}"))
-                        .and_then(Value::as_u64)
-                };
-                let (opt_fail, wlock, wlock_fail) =
-                    (sys("opt_fail"), sys("wlock"), sys("wlock_fail"));
-                check(
-                    opt_fail.is_some() && opt_fail == wlock.zip(wlock_fail).map(|(a, b)| a + b),
-                    format!(
-                        "churn: rwsem_opt_fail ({opt_fail:?}) == rwsem_wlock + rwsem_wlock_fail \
-                         ({wlock:?} + {wlock_fail:?})"
-                    ),
+                    v.is_some_and(|v| v > 0),
+                    format!("churn: mmap_lock {name} > 0 (got {v:?})"),
                 );
             }
+            // Every write slowpath either spins to the lock or fails to (and queues).
+            let sys = |n: &str| {
+                rec.pointer(&format!("/rwsem_events/system/rwsem_{n}"))
+                    .and_then(Value::as_u64)
+            };
+            let (opt_fail, wlock, wlock_fail) = (sys("opt_fail"), sys("wlock"), sys("wlock_fail"));
+            check(
+                opt_fail.is_some() && opt_fail == wlock.zip(wlock_fail).map(|(a, b)| a + b),
+                format!(
+                    "churn: rwsem_opt_fail ({opt_fail:?}) == rwsem_wlock + rwsem_wlock_fail \
+                     ({wlock:?} + {wlock_fail:?})"
+                ),
+            );
         }
-        Some(Err(e)) => check(false, format!("churn.json is not JSON: {e}")),
-        None => check(false, "guest dumped no churn.json".into()),
     }
 
-    match g
-        .files
-        .get("handoff.json")
-        .map(|t| serde_json::from_str::<Value>(t))
-    {
-        Some(Ok(rec)) => {
-            let r = mmap_lock_events(&rec, "rwsem:R");
-            let w = mmap_lock_events(&rec, "rwsem:W");
-            let rh = event(&r, "rlock_handoff");
-            let wh = event(&w, "wlock_handoff");
-            lines.push(format!("handoff mmap_lock R events: {}", short(&r)));
-            lines.push(format!("handoff mmap_lock W events: {}", short(&w)));
-            if k.rt {
-                check(
-                    rh.is_none() && wh.is_none(),
-                    format!("PREEMPT_RT: handoffs are n/a (got {rh:?}, {wh:?})"),
-                );
-            } else {
-                check(
-                    rh.unwrap_or(0) + wh.unwrap_or(0) > 0,
-                    format!("handoff: rlock_handoff + wlock_handoff > 0 (got {rh:?} + {wh:?})"),
-                );
-            }
+    if let Some(rec) = g.recording("handoff.json", check) {
+        let r = mmap_lock_events(&rec, "rwsem:R");
+        let w = mmap_lock_events(&rec, "rwsem:W");
+        let rh = event(&r, "rlock_handoff");
+        let wh = event(&w, "wlock_handoff");
+        lines.push(format!("handoff mmap_lock R events: {}", short(&r)));
+        lines.push(format!("handoff mmap_lock W events: {}", short(&w)));
+        if k.rt {
+            check(
+                rh.is_none() && wh.is_none(),
+                format!("PREEMPT_RT: handoffs are n/a (got {rh:?}, {wh:?})"),
+            );
+        } else {
+            check(
+                rh.unwrap_or(0) + wh.unwrap_or(0) > 0,
+                format!("handoff: rlock_handoff + wlock_handoff > 0 (got {rh:?} + {wh:?})"),
+            );
         }
-        Some(Err(e)) => check(false, format!("handoff.json is not JSON: {e}")),
-        None => check(false, "guest dumped no handoff.json".into()),
     }
 }
 

@@ -42,16 +42,8 @@ pub(super) fn check_spin(
             workload_value(out, "victim_tid"),
             workload_value(out, "pi_lock_calls"),
         );
-        let rec = match g.files.get(file).map(|t| serde_json::from_str::<Value>(t)) {
-            Some(Ok(rec)) => rec,
-            Some(Err(e)) => {
-                check(false, format!("{file} is not JSON: {e}"));
-                continue;
-            }
-            None => {
-                check(false, format!("guest dumped no {file}"));
-                continue;
-            }
+        let Some(rec) = g.recording(file, check) else {
+            continue;
         };
         let spin = rec.get("spin").cloned().unwrap_or(Value::Null);
         lines.push(format!(
