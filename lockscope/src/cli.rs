@@ -143,6 +143,13 @@ pub struct RecordArgs {
     #[arg(long, value_name = "N", default_value_t = lockscope_common::STACK_WALKS_PER_CPU_S,
           value_parser = clap::value_parser!(u64).range(0..=1_000_000))]
     pub stack_rate: u64,
+    /// On the tracepoint tier, also estimate mmap_lock trylock failures (rwsem event
+    /// `trylock_fail`, else n/a) from the `mmap_lock_acquire_returned` tracepoint. That
+    /// probe runs on every mmap_lock acquisition, contended or not (about 65 ns each, a
+    /// few percent of an mmap-heavy program), so it is off unless asked for. The deep
+    /// tier counts trylock failures exactly without it.
+    #[arg(long)]
+    pub mmap_trylocks: bool,
     /// With a command: trace the whole system while it runs, not only its process tree.
     #[arg(short = 'a', long = "all-cpus")]
     pub system_wide: bool,

@@ -9,6 +9,7 @@
 //! [probes]                    # probe groups
 //! kernel_locks = true         # lock:contention_begin/end (every kernel lock type)
 //! rwsem_events = true         # lockscope_rwsem_events_total (needs kernel_locks)
+//! mmap_trylocks = false       # tracepoint tier: estimate mmap_lock trylock failures
 //! futex = false               # futex syscalls: lockscope_futex_* (user-space locks)
 //! pi_lock = true              # lockscope_starvation_episodes_total (needs kernel_locks)
 //!
@@ -104,6 +105,9 @@ pub const MAX_SNAPSHOT_DETAIL: usize = 100_000;
 /// - `rwsem_events`: export the rwsem lock events the tier sees (the hooks are part of
 ///   the kernel lock probes; on the tracepoint tier only the mmap_lock trylock estimate
 ///   adds a probe). Needs `kernel_locks`.
+/// - `mmap_trylocks`: on the tracepoint tier, estimate mmap_lock trylock failures (a
+///   probe on every mmap_lock acquisition, contended or not: off by default). Needs
+///   `rwsem_events`.
 /// - `futex`: the futex syscall probes (user-space locks).
 /// - `pi_lock`: export starvation episodes on raw spinlocks such as `task_struct.pi_lock`
 ///   (`pi_lock` waits themselves are kernel lock waits, named `pi_lock of comm[pid]`).
@@ -113,6 +117,7 @@ pub const MAX_SNAPSHOT_DETAIL: usize = 100_000;
 pub struct ProbeGroups {
     pub kernel_locks: bool,
     pub rwsem_events: bool,
+    pub mmap_trylocks: bool,
     pub futex: bool,
     pub pi_lock: bool,
 }
@@ -122,6 +127,8 @@ impl Default for ProbeGroups {
         Self {
             kernel_locks: true,
             rwsem_events: true,
+            // Off by default: its probe runs on every mmap_lock acquisition.
+            mmap_trylocks: false,
             // Off by default: system-wide on a busy machine the futex words of every
             // process fill the map within a minute and reading them costs ~20% of a CPU
             // at a 1 s interval (README). Enable it with a pid or cgroup target.

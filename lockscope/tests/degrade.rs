@@ -33,7 +33,7 @@ fn each_missing_group_is_a_note_and_the_rest_records() {
         let out = run_ok(
             lockscope()
                 .env(SWITCH, group)
-                .args(["record", "-o"])
+                .args(["record", "--mmap-trylocks", "-o"])
                 .arg(&file)
                 .args(["--", bin(), "workload", "mmap-churn", "--seconds", "1"]),
         );

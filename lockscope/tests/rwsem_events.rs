@@ -9,12 +9,14 @@ mod common;
 use common::*;
 use serde_json::Value;
 
-fn record_churn(name: &str) -> (Value, std::path::PathBuf) {
+fn record_churn(name: &str, extra: &[&str]) -> (Value, std::path::PathBuf) {
     let dir = scratch(name);
     let file = dir.join("rec.json");
     run_ok(
         lockscope()
-            .args(["record", "-n", "3", "-o"])
+            .args(["record", "-n", "3"])
+            .args(extra)
+            .arg("-o")
             .arg(&file)
             .args(["--", bin(), "workload", "mmap-churn", "--seconds", "2"]),
     );
@@ -31,7 +33,7 @@ fn entry<'a>(rec: &'a Value, lock_type: &str) -> &'a Value {
 #[test]
 fn rwsem_events_are_exact_estimated_or_na_and_never_fake_zeros() {
     let _serial = serial();
-    let (rec, file) = record_churn("rwsem-events");
+    let (rec, file) = record_churn("rwsem-events", &[]);
     let summary = &rec["rwsem_events"];
     let kinds = summary["kinds"].as_object().expect("rwsem_events.kinds");
     assert_eq!(kinds.len(), 16, "{summary}");
@@ -78,6 +80,16 @@ fn rwsem_events_are_exact_estimated_or_na_and_never_fake_zeros() {
             }
             assert_eq!(kinds["rlock_handoff"], "estimate");
             assert_eq!(kinds["wlock_handoff"], "estimate");
+            // The mmap_lock trylock estimate runs on every mmap_lock acquisition: only
+            // on request.
+            assert_eq!(kinds["trylock_fail"], "n/a");
+            let (with, _) = record_churn("rwsem-events-trylocks", &["--mmap-trylocks"]);
+            assert_eq!(with["rwsem_events"]["kinds"]["trylock_fail"], "estimate");
+            assert!(
+                entry(&with, "rwsem:R")["events"]["trylock_fail"].is_u64(),
+                "{}",
+                entry(&with, "rwsem:R")
+            );
             assert!(re["rlock_steal"].is_null() && we["opt_lock"].is_null());
             assert!(re["rlock_handoff"].is_u64(), "{re}");
             // The report labels estimates and n/a.

@@ -43,6 +43,7 @@ pub fn run(args: RecordArgs) -> anyhow::Result<ExitCode> {
     });
     let opts = LoadOptions {
         stack_walks_per_cpu_s: args.stack_rate,
+        mmap_trylocks: args.mmap_trylocks,
         ..LoadOptions::new(target, types)
     };
     let mut session = Session::start_with_rt(&opts, target_desc, rt)?;

@@ -122,7 +122,12 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let mut session = Session::start(
         // The probe groups pick the types: without a futex type the futex probes stay
         // detached.
-        &LoadOptions::new(settings.target.clone(), Some(settings.load_types())),
+        &LoadOptions {
+            mmap_trylocks: settings.probes.kernel_locks
+                && settings.probes.rwsem_events
+                && settings.probes.mmap_trylocks,
+            ..LoadOptions::new(settings.target.clone(), Some(settings.load_types()))
+        },
         describe_target(&settings.target),
     )?;
     for note in &session.probes().notes {
@@ -560,6 +565,10 @@ fn describe(s: &ServeSettings) -> String {
     let groups: Vec<&str> = [
         ("kernel_locks", p.kernel_locks),
         ("rwsem_events", p.kernel_locks && p.rwsem_events),
+        (
+            "mmap_trylocks",
+            p.kernel_locks && p.rwsem_events && p.mmap_trylocks,
+        ),
         ("futex", s.traces_futex()),
         ("pi_lock", p.kernel_locks && p.pi_lock),
     ]

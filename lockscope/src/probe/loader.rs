@@ -48,6 +48,10 @@ pub struct LoadOptions {
     pub types: Option<Vec<LockType>>,
     /// Kernel stack walks per CPU per second (0: every wait's stack).
     pub stack_walks_per_cpu_s: u64,
+    /// On the tracepoint tier, estimate mmap_lock trylock failures from
+    /// `mmap_lock_acquire_returned`: a program on every mmap_lock acquisition, contended
+    /// or not, so only on request.
+    pub mmap_trylocks: bool,
 }
 
 impl LoadOptions {
@@ -57,6 +61,7 @@ impl LoadOptions {
             target,
             types,
             stack_walks_per_cpu_s: STACK_WALKS_PER_CPU_S,
+            mmap_trylocks: false,
         }
     }
 }
@@ -300,8 +305,10 @@ impl Probes {
         };
         rwsem::publish_mask(&mut probes.ebpf, probes.rwsem.mask)?;
         // Tracepoint-tier estimate of mmap_lock trylock failures (absent before 5.19's
-        // mmap_lock events or when the trylock hooks run: then it counts nothing).
-        if let Some(rc) = rwsem_config
+        // mmap_lock events or when the trylock hooks run: then it counts nothing). It runs
+        // on every mmap_lock acquisition, so only when asked for.
+        if opts.mmap_trylocks
+            && let Some(rc) = rwsem_config
             && offsets.name_kinds & NAME_MMAP_LOCK != 0
             && kbtf.has_type("btf_trace_mmap_lock_acquire_returned")
         {
