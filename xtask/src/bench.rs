@@ -350,7 +350,7 @@ fn full_run(ctx: &Ctx, runs: Option<usize>) -> Result<BenchResults> {
         }
     }
 
-    progress.step("cost per event (BPF run statistics, empty-program floor)");
+    progress.step("cost per event (BPF run statistics: empty floor, minimal peer, futex floor)");
     let cost = cost_per_event(ctx)?;
 
     let mut steps = Vec::new();
@@ -696,59 +696,84 @@ fn start_serve(ctx: &Ctx, name: &str) -> Result<(Proc, u16)> {
     Ok((p, port))
 }
 
-/// Cost per event: lockscope record and the empty floor program side by side, with
-/// the kernel's BPF run statistics on.
-fn cost_per_event(ctx: &Ctx) -> Result<Cost> {
+/// The minimal peer of issue 14: begin/end paired per thread into a per-lock histogram,
+/// no stacks.
+const BPFTRACE_PEER: &str = "\
+tracepoint:lock:contention_begin { @start[tid] = nsecs; }
+tracepoint:lock:contention_end /@start[tid]/ {
+  @wait_ns[args->lock_addr] = hist(nsecs - @start[tid]); delete(@start[tid]);
+}
+END { clear(@start); clear(@wait_ns); }";
+
+/// Empty programs on the futex syscall tracepoints: the floor of a futex call's cost.
+const BPFTRACE_FUTEX_FLOOR: &str =
+    "tracepoint:syscalls:sys_enter_futex { } tracepoint:syscalls:sys_exit_futex { }";
+
+/// Programs of `lockscope record -a` and of bpftrace scripts (owner, script), all
+/// attached at once, over one run of `workload`: each program's runs and run time in
+/// that window, from `/proc/PID/fdinfo` with the kernel's BPF run statistics on.
+fn side_by_side(
+    ctx: &Ctx,
+    name: &str,
+    peers: &[(&str, &str)],
+    workload: &[String],
+) -> Result<(Vec<ProgCost>, f64)> {
     let dir = &ctx.scratch;
     let _stats = proc::BpfStats::enable()?;
+    let file = dir.join(format!("{name}.json"));
     let mut rec_cmd = ctx.lockscope();
     rec_cmd
         .args(["record", "-a", "-n", "1", "-o"])
-        .arg(dir.join("cost.json"))
+        .arg(&file)
         .arg("--")
         .arg(&ctx.cat);
-    let mut rec = Proc::spawn(rec_cmd, dir, "cost-record", true)?;
-    let mut floor_cmd = Command::new("bpftrace");
-    floor_cmd.args(["-e", BPFTRACE_FLOOR, "-c"]).arg(&ctx.cat);
-    let mut floor = Proc::spawn(floor_cmd, dir, "cost-floor", true)?;
-    let (rp, fp) = (rec.pid, floor.pid);
-    proc::wait_ready(&mut rec, Duration::from_secs(90), || {
-        proc::has_child_named(rp, "cat")
-    })?;
-    proc::wait_ready(&mut floor, Duration::from_secs(90), || {
-        proc::has_child_named(fp, "cat")
-    })?;
+    let mut procs = vec![(
+        "lockscope",
+        Proc::spawn(rec_cmd, dir, &format!("{name}-record"), true)?,
+    )];
+    for (owner, script) in peers {
+        let mut c = Command::new("bpftrace");
+        c.args(["-e", script, "-c"]).arg(&ctx.cat);
+        procs.push((
+            owner,
+            Proc::spawn(c, dir, &format!("{name}-{owner}"), true)?,
+        ));
+    }
+    for (_, p) in procs.iter_mut() {
+        let pid = p.pid;
+        proc::wait_ready(p, Duration::from_secs(90), || {
+            proc::has_child_named(pid, "cat")
+        })?;
+    }
     // Programs run before the workload starts too: measure deltas over it.
-    let before_rec = proc::prog_fdinfos(rp);
-    let before_floor = proc::prog_fdinfos(fp);
-    let cpu_before = proc::cpu_seconds(rp).unwrap_or(0.0);
-    let secs = if ctx.quick { "1" } else { "3" };
-    let workload = vec![
-        "mmap-churn".to_string(),
-        "--seconds".into(),
-        secs.into(),
-        "--json".into(),
-    ];
-    run_workload(ctx, &workload)?;
-    let after_rec = proc::prog_fdinfos(rp);
-    let after_floor = proc::prog_fdinfos(fp);
-    let cpu_after = proc::cpu_seconds(rp).unwrap_or(0.0);
+    let before: Vec<_> = procs
+        .iter()
+        .map(|(_, p)| proc::prog_fdinfos(p.pid))
+        .collect();
+    let cpu_before = proc::cpu_seconds(procs[0].1.pid).unwrap_or(0.0);
+    run_workload(ctx, workload)?;
+    let after: Vec<_> = procs
+        .iter()
+        .map(|(_, p)| proc::prog_fdinfos(p.pid))
+        .collect();
+    let cpu_s = proc::cpu_seconds(procs[0].1.pid).unwrap_or(0.0) - cpu_before;
     let names = crate::util::output(Command::new("bpftool").args(["prog", "show", "--json"]))
         .ok()
         .and_then(|t| serde_json::from_str::<Value>(&t).ok())
         .map(|v| parse::prog_names(&v))
         .unwrap_or_default();
-    rec.wait(Duration::from_secs(180))?;
-    floor.wait(Duration::from_secs(180))?;
+    for (_, p) in procs.iter_mut() {
+        p.wait(Duration::from_secs(180))?;
+    }
     // The recording must be readable (the run really traced), though the counts used
     // are the programs' own over the workload window.
-    read_json(&dir.join("cost.json"))?;
-
-    let delta = |owner: &str, before: &[parse::ProgFdInfo], after: &[parse::ProgFdInfo]| {
-        after
+    read_json(&file)?;
+    let mut programs = Vec::new();
+    for (i, (owner, _)) in procs.iter().enumerate() {
+        let mut mine: Vec<ProgCost> = after[i]
             .iter()
             .map(|a| {
-                let b = before.iter().find(|b| b.prog_id == a.prog_id);
+                let b = before[i].iter().find(|b| b.prog_id == a.prog_id);
                 let run_cnt = a.run_cnt - b.map_or(0, |b| b.run_cnt);
                 let run_time_ns = a.run_time_ns - b.map_or(0, |b| b.run_time_ns);
                 ProgCost {
@@ -762,46 +787,105 @@ fn cost_per_event(ctx: &Ctx) -> Result<Cost> {
                     ns_per_run: (run_cnt > 0).then(|| run_time_ns as f64 / run_cnt as f64),
                 }
             })
-            .collect::<Vec<_>>()
-    };
-    let mut programs = delta("lockscope", &before_rec, &after_rec);
-    programs.retain(|p| p.run_cnt > 0);
-    programs.sort_by_key(|p| std::cmp::Reverse(p.run_cnt));
-    let floor_progs = delta("floor", &before_floor, &after_floor);
-    let floor_ns = floor_progs
+            .filter(|p| p.run_cnt > 0)
+            .collect();
+        mine.sort_by_key(|p| std::cmp::Reverse(p.run_cnt));
+        programs.extend(mine);
+    }
+    Ok((programs, cpu_s))
+}
+
+/// ns per run of `owner`'s busiest program whose (kernel-shortened, 15 characters) name
+/// starts with `prefix`.
+fn ns_of(programs: &[ProgCost], owner: &str, prefix: &str) -> Option<f64> {
+    programs
         .iter()
-        .filter(|p| p.run_cnt > 0)
+        .filter(|p| p.owner == owner && p.name.starts_with(prefix))
         .max_by_key(|p| p.run_cnt)
-        .and_then(|p| p.ns_per_run);
-    // Kernel program names are cut at 15 characters (`contention_begi`).
-    let by_name = |n: &str| {
-        programs
-            .iter()
-            .find(|p| p.name.starts_with(n))
-            .and_then(|p| p.ns_per_run)
+        .and_then(|p| p.ns_per_run)
+}
+
+/// Cost per event: lockscope record, the empty floor program and the minimal peer side
+/// by side under mmap-churn; then lockscope's futex probes beside empty programs on the
+/// same tracepoints under futex-mutex.
+fn cost_per_event(ctx: &Ctx) -> Result<Cost> {
+    let secs = if ctx.quick { "1" } else { "3" };
+    let workload = |w: &str| {
+        vec![
+            w.to_string(),
+            "--seconds".into(),
+            secs.into(),
+            "--json".into(),
+        ]
     };
-    let (begin_ns, end_ns) = (by_name("contention_beg"), by_name("contention_end"));
+    let churn = workload("mmap-churn");
+    let (programs, cpu_s) = side_by_side(
+        ctx,
+        "cost",
+        &[("floor", BPFTRACE_FLOOR), ("peer", BPFTRACE_PEER)],
+        &churn,
+    )?;
+    let begin_ns = ns_of(&programs, "lockscope", "contention_beg");
+    let end_ns = ns_of(&programs, "lockscope", "contention_end");
+    let floor_ns = ns_of(&programs, "floor", "contention_beg");
+    let peer_begin_ns = ns_of(&programs, "peer", "contention_beg");
+    let peer_end_ns = ns_of(&programs, "peer", "contention_end");
     let worst = match (begin_ns, end_ns) {
         (Some(b), Some(e)) => Some(b.max(e)),
         (b, e) => b.or(e),
     };
+    let pair = begin_ns.zip(end_ns).map(|(b, e)| b + e);
+    let peer_pair = peer_begin_ns.zip(peer_end_ns).map(|(b, e)| b + e);
     // Events over the workload window: contention_begin runs.
     let events = programs
         .iter()
-        .find(|p| p.name.starts_with("contention_beg"))
+        .find(|p| p.owner == "lockscope" && p.name.starts_with("contention_beg"))
         .map_or(0, |p| p.run_cnt);
-    let total_ns: u64 = programs.iter().map(|p| p.run_time_ns).sum();
-    programs.extend(floor_progs.into_iter().filter(|p| p.run_cnt > 0));
+    let total_ns: u64 = programs
+        .iter()
+        .filter(|p| p.owner == "lockscope")
+        .map(|p| p.run_time_ns)
+        .sum();
+
+    let (futex_programs, _) = side_by_side(
+        ctx,
+        "cost-futex",
+        &[("floor", BPFTRACE_FUTEX_FLOOR)],
+        &workload("futex-mutex"),
+    )?;
+    let f = |owner: &str, lockscope_name: &str, floor_name: &str| {
+        if owner == "lockscope" {
+            ns_of(&futex_programs, owner, lockscope_name)
+        } else {
+            ns_of(&futex_programs, owner, floor_name)
+        }
+    };
+    let futex = FutexCost {
+        workload: workload("futex-mutex").join(" "),
+        calls: futex_programs
+            .iter()
+            .find(|p| p.owner == "lockscope" && p.name == "futex_enter")
+            .map_or(0, |p| p.run_cnt),
+        enter_ns: f("lockscope", "futex_enter", ""),
+        exit_ns: f("lockscope", "futex_exit", ""),
+        floor_enter_ns: f("floor", "", "sys_enter_futex"),
+        floor_exit_ns: f("floor", "", "sys_exit_futex"),
+        programs: futex_programs,
+    };
     Ok(Cost {
-        workload: workload.join(" "),
+        workload: churn.join(" "),
         programs,
         floor_ns,
         begin_ns,
         end_ns,
         ratio_to_floor: worst.zip(floor_ns).map(|(w, f)| w / f),
+        peer_begin_ns,
+        peer_end_ns,
+        ratio_to_peer: pair.zip(peer_pair).map(|(a, b)| a / b),
         contention_events: events,
         ns_per_contention_event: (events > 0).then(|| total_ns as f64 / events as f64),
-        user_cpu_ns_per_event: (events > 0).then(|| (cpu_after - cpu_before) * 1e9 / events as f64),
+        user_cpu_ns_per_event: (events > 0).then(|| cpu_s * 1e9 / events as f64),
+        futex: Some(futex),
     })
 }
 

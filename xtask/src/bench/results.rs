@@ -150,12 +150,48 @@ pub struct Cost {
     pub end_ns: Option<f64>,
     /// max(begin, end) / floor.
     pub ratio_to_floor: Option<f64>,
+    /// The minimal peer (bpftrace: begin/end paired per thread into a per-lock
+    /// histogram), attached at the same time.
+    #[serde(default)]
+    pub peer_begin_ns: Option<f64>,
+    #[serde(default)]
+    pub peer_end_ns: Option<f64>,
+    /// (begin + end) / (peer begin + peer end).
+    #[serde(default)]
+    pub ratio_to_peer: Option<f64>,
     /// `lock:contention_begin` events lockscope counted in the window.
     pub contention_events: u64,
     /// All of lockscope's programs' run time over `contention_events`.
     pub ns_per_contention_event: Option<f64>,
     /// lockscope's userspace CPU time over `contention_events`.
     pub user_cpu_ns_per_event: Option<f64>,
+    /// The futex syscall probes beside empty programs on the same tracepoints.
+    #[serde(default)]
+    pub futex: Option<FutexCost>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct FutexCost {
+    pub workload: String,
+    /// futex(2) calls lockscope's entry program saw in the window.
+    pub calls: u64,
+    pub enter_ns: Option<f64>,
+    pub exit_ns: Option<f64>,
+    pub floor_enter_ns: Option<f64>,
+    pub floor_exit_ns: Option<f64>,
+    pub programs: Vec<ProgCost>,
+}
+
+impl FutexCost {
+    /// (enter + exit) / (empty enter + empty exit).
+    pub fn ratio(&self) -> Option<f64> {
+        let ours = self.enter_ns.zip(self.exit_ns).map(|(a, b)| a + b)?;
+        let floor = self
+            .floor_enter_ns
+            .zip(self.floor_exit_ns)
+            .map(|(a, b)| a + b)?;
+        (floor > 0.0).then(|| ours / floor)
+    }
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -388,6 +424,41 @@ pub fn judge_targets(r: &BenchResults) -> Vec<TargetCheck> {
         },
         ratio.map(|x| x <= 3.0),
     ));
+    let peer = cost.and_then(|c| c.ratio_to_peer);
+    out.push(check(
+        "`contention_begin` + `contention_end` at most 1.5x the minimal bpftrace peer (issue 14)",
+        match cost {
+            Some(c) if peer.is_some() => format!(
+                "lockscope {} + {} ns, peer {} + {} ns: {}",
+                opt(c.begin_ns, 0),
+                opt(c.end_ns, 0),
+                opt(c.peer_begin_ns, 0),
+                opt(c.peer_end_ns, 0),
+                peer.map_or("n/a".into(), |x| format!("{x:.2}x"))
+            ),
+            _ => "n/a".into(),
+        },
+        peer.map(|x| x <= 1.5),
+    ));
+    let fut = cost.and_then(|c| c.futex.as_ref());
+    let fratio = fut.and_then(FutexCost::ratio);
+    out.push(check(
+        "futex probes: enter + exit per futex call at most 2x empty programs on the same \
+         tracepoints (issue 14; measured over every call, blocking or not)",
+        match fut {
+            Some(f) if fratio.is_some() => format!(
+                "lockscope {} + {} ns, empty {} + {} ns over {} calls: {}",
+                opt(f.enter_ns, 0),
+                opt(f.exit_ns, 0),
+                opt(f.floor_enter_ns, 0),
+                opt(f.floor_exit_ns, 0),
+                f.calls,
+                fratio.map_or("n/a".into(), |x| format!("{x:.2}x"))
+            ),
+            _ => "n/a".into(),
+        },
+        fratio.map(|x| x <= 2.0),
+    ));
     let d = r
         .daemon
         .iter()
@@ -542,7 +613,7 @@ pub fn render_markdown(r: &BenchResults) -> String {
         );
     }
     if !r.targets.is_empty() {
-        let _ = writeln!(s, "## Targets (issue 8)\n");
+        let _ = writeln!(s, "## Targets (issues 8 and 14)\n");
         let _ = writeln!(s, "| target | measured | status |\n|---|---|---|");
         for t in &r.targets {
             let _ = writeln!(s, "| {} | {} | **{}** |", t.target, t.measured, t.status);
@@ -616,10 +687,12 @@ pub fn render_markdown(r: &BenchResults) -> String {
         let _ = writeln!(s, "## Cost per event\n");
         let _ = writeln!(
             s,
-            "`kernel.bpf_stats_enabled=1`; `lockscope record` (system-wide) and an empty \
-             `bpftrace -e 'tracepoint:lock:contention_begin {{}}'` (the floor) attached at \
-             the same time while `lockscope workload {}` ran; run time and count of each \
-             program from `/proc/PID/fdinfo` of its fd.\n",
+            "`kernel.bpf_stats_enabled=1`; `lockscope record` (system-wide), an empty \
+             `bpftrace -e 'tracepoint:lock:contention_begin {{}}'` (the floor) and the \
+             minimal peer (bpftrace pairing begin and end per thread into a per-lock \
+             histogram, no stacks: owner `peer`) attached at the same time while \
+             `lockscope workload {}` ran; run time and count of each program from \
+             `/proc/PID/fdinfo` of its fd.\n",
             c.workload
         );
         let _ = writeln!(
@@ -653,6 +726,47 @@ pub fn render_markdown(r: &BenchResults) -> String {
             c.contention_events,
             opt(c.user_cpu_ns_per_event, 0),
         );
+        if let (Some(pb), Some(pe)) = (c.peer_begin_ns, c.peer_end_ns) {
+            let _ = writeln!(
+                s,
+                "Against the minimal peer: lockscope {} + {} ns, peer {pb:.0} + {pe:.0} ns per \
+                 wait: **{}** (target: at most 1.5x).\n",
+                opt(c.begin_ns, 0),
+                opt(c.end_ns, 0),
+                c.ratio_to_peer.map_or("n/a".into(), |x| format!("{x:.2}x")),
+            );
+        }
+        if let Some(f) = &c.futex {
+            let _ = writeln!(
+                s,
+                "### Futex probes\n\n`lockscope record` (system-wide) and empty programs on \
+                 `syscalls:sys_enter_futex` / `sys_exit_futex` (owner `floor`) while \
+                 `lockscope workload {}` ran.\n\n| owner | program | runs | run time ms | \
+                 ns/run |\n|---|---|---:|---:|---:|",
+                f.workload
+            );
+            for p in &f.programs {
+                let _ = writeln!(
+                    s,
+                    "| {} | {} | {} | {:.2} | {} |",
+                    p.owner,
+                    p.name,
+                    p.run_cnt,
+                    p.run_time_ns as f64 / 1e6,
+                    opt(p.ns_per_run, 0)
+                );
+            }
+            let _ = writeln!(
+                s,
+                "\nPer futex call: lockscope {} + {} ns, empty {} + {} ns: **{}** (target: at \
+                 most 2x per call that does not block).\n",
+                opt(f.enter_ns, 0),
+                opt(f.exit_ns, 0),
+                opt(f.floor_enter_ns, 0),
+                opt(f.floor_exit_ns, 0),
+                f.ratio().map_or("n/a".into(), |x| format!("{x:.2}x")),
+            );
+        }
     }
     if let Some(c) = &r.capacity {
         let _ = writeln!(s, "## Capacity\n");
@@ -898,6 +1012,16 @@ mod tests {
             begin_ns: Some(50.0),
             end_ns: Some(70.0),
             ratio_to_floor: Some(3.5),
+            peer_begin_ns: Some(40.0),
+            peer_end_ns: Some(50.0),
+            ratio_to_peer: Some(120.0 / 90.0),
+            futex: Some(FutexCost {
+                enter_ns: Some(100.0),
+                exit_ns: Some(200.0),
+                floor_enter_ns: Some(50.0),
+                floor_exit_ns: Some(50.0),
+                ..Default::default()
+            }),
             ..Default::default()
         });
         r.capacity = Some(Capacity {
@@ -925,6 +1049,14 @@ mod tests {
         let t = judge_targets(&r);
         let get = |p: &str| t.iter().find(|c| c.target.starts_with(p)).unwrap();
         assert_eq!(get("cost per contention").status, "missed");
+        assert_eq!(get("`contention_begin` + `contention_end`").status, "met");
+        assert!(
+            get("`contention_begin` + `contention_end`")
+                .measured
+                .contains("1.33x")
+        );
+        assert_eq!(get("futex probes").status, "missed");
+        assert!(get("futex probes").measured.ends_with("3.00x"));
         assert_eq!(get("zero lost events").status, "met");
         // Exact, but nothing was lost: loss counting itself was not exercised.
         assert_eq!(get("loss beyond capacity").status, "not measured");
