@@ -121,8 +121,11 @@ pub struct WaitStart {
     /// Process of the waiter.
     pub tgid: u32,
     pub stack: u64,
+    /// Who held the lock when the wait began (0: not known; see `HolderKey`).
+    pub holder_tid: u32,
+    pub holder_tgid: u32,
 }
-assert_size!(WaitStart, 32);
+assert_size!(WaitStart, 40);
 
 /// Kernel stack frames kept per distinct stack, innermost first, zero-padded.
 pub const STACK_DEPTH: usize = 24;
@@ -182,7 +185,13 @@ pub struct ProbeConfig {
     pub launcher_tgid: u32,
     /// `NAME_*` bits: the lock fields the probes may name (their offsets are in BTF).
     pub name_kinds: u32,
-    pub _pad: u32,
+    pub off_task_pid: u32,
+    /// Where a sleeping lock keeps its holder, for the `HOLDER_*` kinds set in
+    /// `holder_kinds`: `mutex.owner`, `rw_semaphore.owner`, `rt_mutex_base.owner`.
+    pub off_mutex_owner: u32,
+    pub off_rwsem_owner: u32,
+    pub off_rtmutex_owner: u32,
+    pub holder_kinds: u32,
     /// Stack walks are budgeted per CPU: each costs this many ns of credit, which
     /// accrues with time up to `stack_burst_ns` (0: walk the stack of every wait). A wait
     /// that finds too little credit is timed and counted exactly, without a stack
@@ -190,7 +199,7 @@ pub struct ProbeConfig {
     pub stack_cost_ns: u64,
     pub stack_burst_ns: u64,
 }
-assert_size!(ProbeConfig, 88);
+assert_size!(ProbeConfig, 104);
 
 /// `ProbeConfig::name_kinds`: `mm_struct.mmap_lock` (and its `wait_lock`), `sighand.siglock`
 /// and `task_struct.pi_lock` have their offsets.
@@ -198,6 +207,45 @@ pub const NAME_MMAP_LOCK: u32 = 1;
 pub const NAME_SIGLOCK: u32 = 2;
 pub const NAME_PI_LOCK: u32 = 4;
 pub const NAME_ALL: u32 = NAME_MMAP_LOCK | NAME_SIGLOCK | NAME_PI_LOCK;
+
+/// `ProbeConfig::holder_kinds`: the lock kinds whose holder field has its offset.
+pub const HOLDER_MUTEX: u32 = 1;
+pub const HOLDER_RWSEM: u32 = 2;
+pub const HOLDER_RTMUTEX: u32 = 4;
+
+/// Holder tid of a wait on an rwsem owned by readers (which readers is not kept).
+pub const HOLDER_READERS: u32 = u32::MAX;
+
+/// The low bits of a mutex's, rwsem's or rtmutex's owner word are flags (at most 3 of
+/// them; a `task_struct` is far more aligned).
+pub const OWNER_FLAGS_MASK: u64 = 0x7;
+/// `RWSEM_READER_OWNED`: the rwsem is held by readers.
+pub const RWSEM_READER_OWNED: u64 = 1;
+
+/// A contended wait's holder, as the lock word named it at `contention_begin`: waits and
+/// wait time per (lock, flags, holder thread).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct HolderKey {
+    pub lock: u64,
+    /// Holder thread id (`HOLDER_READERS`: readers), and its process.
+    pub tid: u32,
+    pub tgid: u32,
+    /// The wait's `LCB_F_*` flags (the entry's type).
+    pub flags: u32,
+    pub _pad: u32,
+}
+assert_size!(HolderKey, 24);
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct HolderStats {
+    pub count: u64,
+    pub total_ns: u64,
+}
+assert_size!(HolderStats, 16);
+
+pub const HOLDERS_MAX_ENTRIES: u32 = 16384;
 
 /// The stack id of a wait whose stack was not walked (the per-CPU budget was spent):
 /// its figures count for its lock, task and type, not for any caller.
@@ -273,7 +321,9 @@ pub const CNT_STACK_NOT_SAMPLED: u32 = 14;
 /// minus ended minus the entries live is what the LRU map evicted in flight.
 pub const CNT_TASK_WAITS_CREATED: u32 = 15;
 pub const CNT_TASK_WAITS_ENDED: u32 = 16;
-pub const COUNTERS_LEN: u32 = 17;
+/// Keys created in `HOLDER_STATS` (LRU: created minus live is what it evicted).
+pub const CNT_HOLDERS_CREATED: u32 = 17;
+pub const COUNTERS_LEN: u32 = 18;
 
 /// Names of the `COUNTERS` slots, as shown in reports and metrics.
 pub const COUNTER_NAMES: [&str; COUNTERS_LEN as usize] = [
@@ -294,6 +344,7 @@ pub const COUNTER_NAMES: [&str; COUNTERS_LEN as usize] = [
     "stack_not_sampled",
     "task_waits_created",
     "task_waits_ended",
+    "holders_created",
 ];
 
 /// Map sizes (entries). Userspace may override them at load.
@@ -317,6 +368,10 @@ mod pod {
     unsafe impl aya::Pod for ProbeConfig {}
     // SAFETY: repr(C) integers and arrays of them with explicit padding fields: every bit pattern is a value.
     unsafe impl aya::Pod for WaitStart {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for HolderKey {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for HolderStats {}
     // SAFETY: repr(C) integers and arrays of them with explicit padding fields: every bit pattern is a value.
     unsafe impl aya::Pod for StackBudget {}
 }

@@ -32,7 +32,11 @@ pub static CONFIG: Global<ProbeConfig> = Global::new(ProbeConfig {
     off_rwsem_wait_lock: 0,
     launcher_tgid: 0,
     name_kinds: 0,
-    _pad: 0,
+    off_task_pid: 0,
+    off_mutex_owner: 0,
+    off_rwsem_owner: 0,
+    off_rtmutex_owner: 0,
+    holder_kinds: 0,
     stack_cost_ns: 0,
     stack_burst_ns: 0,
 });

@@ -64,6 +64,9 @@ pub struct Session {
     futex_types: Option<Vec<crate::decode::LockType>>,
     /// Symbolized stacks, kept across snapshots.
     stack_texts: std::cell::RefCell<StackTexts>,
+    /// Holder thread names seen in earlier snapshots (a thread that has exited since is
+    /// still named), kept for the holders the maps still hold.
+    holder_comms: std::cell::RefCell<HashMap<u32, String>>,
     /// How many callers and tasks each snapshot keeps.
     detail: Detail,
     /// Drop the figures of exited processes from the kernel maps after each snapshot
@@ -128,6 +131,7 @@ impl Session {
                 .as_ref()
                 .map(|ts| ts.iter().copied().filter(|t| t.is_user()).collect()),
             stack_texts: Default::default(),
+            holder_comms: Default::default(),
             detail: Detail::ALL,
             forget_exited: None,
             exits: Default::default(),
@@ -211,13 +215,50 @@ impl Session {
         }
     }
 
+    /// Name the lock holders seen so far while their threads are alive (a recording
+    /// made after they exit still names them). Cheap: one batched read of the holder map.
+    pub fn name_holders(&self) -> anyhow::Result<()> {
+        let holders = crate::source::read_holders(self.probes.ebpf())?;
+        let mut seen = self.holder_comms.borrow_mut();
+        for (k, _) in &holders {
+            if k.tid == lockscope_common::HOLDER_READERS || seen.contains_key(&k.tid) {
+                continue;
+            }
+            if let Some(c) = crate::source::thread_comm(k.tgid, k.tid) {
+                seen.insert(k.tid, c);
+            }
+        }
+        Ok(())
+    }
+
     /// Everything aggregated since the start, as a recording.
     pub fn snapshot(&self) -> anyhow::Result<Recording> {
         let mut raw = read_snapshot(self.probes.ebpf(), self.probes.futex)?;
+        {
+            let mut seen = self.holder_comms.borrow_mut();
+            let live: std::collections::HashSet<u32> =
+                raw.holders.iter().map(|(k, _)| k.tid).collect();
+            seen.retain(|tid, _| live.contains(tid));
+            for (tid, comm) in &raw.holder_comms {
+                seen.insert(*tid, comm.clone());
+            }
+            for (tid, comm) in seen.iter() {
+                raw.holder_comms.entry(*tid).or_insert_with(|| comm.clone());
+            }
+        }
         raw.futex.types = self.futex_types.clone();
         self.fill_pthread(&mut raw.futex.pthread);
         let mut lost = lost_counts(&raw.counters);
         lost.insert("stats_evicted".to_owned(), stats_evicted(&raw));
+        // Waits whose (lock, holder) entry was evicted: still in their lock's figures,
+        // their holder counted as unknown from then on.
+        lost.insert(
+            "holder_stats_evicted".to_owned(),
+            crate::aggregate::recording::evicted(
+                raw.counters[lockscope_common::CNT_HOLDERS_CREATED as usize],
+                raw.holders.len(),
+            ),
+        );
         let evicted = crate::aggregate::recording::task_waits_evicted(&raw)
             .max(self.task_waits_evicted.get());
         self.task_waits_evicted.set(evicted);

@@ -64,6 +64,12 @@ static STACKS: LruHashMap<u64, StackFrames> = LruHashMap::with_max_entries(STACK
 #[map]
 static STACK_BUDGET: PerCpuArray<StackBudget> = PerCpuArray::with_max_entries(1, 0);
 
+/// Waits and wait time per (lock, flags, holder), for the sleeping locks whose word names
+/// its holder. LRU like the stats; created keys counted (`CNT_HOLDERS_CREATED`).
+#[map]
+static HOLDER_STATS: LruPerCpuHashMap<HolderKey, HolderStats> =
+    LruPerCpuHashMap::with_max_entries(HOLDERS_MAX_ENTRIES, 0);
+
 /// Scratch buffer for reading a stack (too big for the BPF stack).
 #[map]
 static STACK_SCRATCH: PerCpuArray<StackFrames> = PerCpuArray::with_max_entries(1, 0);
@@ -129,12 +135,19 @@ fn on_begin(ctx: &BtfTracePointContext, lock: u64, flags: u32) {
         count(CNT_STACK_NOT_SAMPLED);
         STACK_NOT_SAMPLED
     };
+    let holder = if is_spinning_wait(flags) {
+        0
+    } else {
+        lock_holder(&cfg, lock, flags)
+    };
     let start = WaitStart {
         ts_ns: now,
         lock,
         flags,
         tgid: (bpf_get_current_pid_tgid() >> 32) as u32,
         stack,
+        holder_tid: holder as u32,
+        holder_tgid: (holder >> 32) as u32,
     };
 
     if is_spinning_wait(flags) {
@@ -171,6 +184,45 @@ fn on_begin(ctx: &BtfTracePointContext, lock: u64, flags: u32) {
 
     name_lock(&cfg, lock);
     remember_comm(&cfg);
+}
+
+/// The holder of a sleeping lock as its owner word names it (tgid << 32 | tid;
+/// `HOLDER_READERS` as the tid for a reader-owned rwsem), or 0 when the word names no
+/// one (just released, or a lock kind without an owner field). Out of line: it keeps
+/// `contention_begin` within the BPF stack.
+#[inline(never)]
+fn lock_holder(cfg: &ProbeConfig, lock: u64, flags: u32) -> u64 {
+    let kinds = cfg.holder_kinds;
+    let rwsem = flags == LCB_F_READ || flags == LCB_F_WRITE;
+    let off = if flags & LCB_F_MUTEX != 0 && kinds & HOLDER_MUTEX != 0 {
+        cfg.off_mutex_owner
+    } else if rwsem && kinds & HOLDER_RWSEM != 0 {
+        cfg.off_rwsem_owner
+    } else if flags == LCB_F_RT && kinds & HOLDER_RTMUTEX != 0 {
+        cfg.off_rtmutex_owner
+    } else {
+        return 0;
+    };
+    let word = read_kernel(lock + off as u64);
+    if rwsem && word & RWSEM_READER_OWNED != 0 {
+        return HOLDER_READERS as u64;
+    }
+    let task = word & !OWNER_FLAGS_MASK;
+    if task == 0 {
+        return 0;
+    }
+    let tid = read_u32(task + cfg.off_task_pid as u64);
+    let tgid = read_u32(task + cfg.off_task_tgid as u64);
+    if tid == 0 {
+        return 0;
+    }
+    ((tgid as u64) << 32) | tid as u64
+}
+
+#[inline(always)]
+fn read_u32(addr: u64) -> u32 {
+    // SAFETY: a checked read: a bad address gives an error, never a fault.
+    unsafe { bpf_probe_read_kernel(addr as *const u32) }.unwrap_or(0)
 }
 
 /// Spinning waits nest strictly on a CPU, so a wait still on the stack long after it
@@ -449,8 +501,41 @@ fn account(w: &WaitStart, now: u64, ret: i32) {
     };
     // SAFETY: a live map value (per-CPU: this CPU's), used before the program returns, not aliased.
     let s = unsafe { &mut *s };
-    s.add(now.saturating_sub(w.ts_ns), ret != 0);
+    let wait = now.saturating_sub(w.ts_ns);
+    s.add(wait, ret != 0);
+    if w.holder_tid != 0 {
+        account_holder(w, wait);
+    }
     if w.flags == LCB_F_READ || w.flags == LCB_F_WRITE {
         crate::probes::rwsem::on_rwsem_wait_end(w.lock, w.flags, ret);
+    }
+}
+
+/// Add a finished wait to its (lock, flags, holder) entry. A wait whose entry cannot be
+/// made stays in its lock's figures, its holder unknown.
+#[inline(never)]
+fn account_holder(w: &WaitStart, wait: u64) {
+    let key = HolderKey {
+        lock: w.lock,
+        tid: w.holder_tid,
+        tgid: w.holder_tgid,
+        flags: w.flags,
+        _pad: 0,
+    };
+    let mut h = HOLDER_STATS.get_ptr_mut(key);
+    if h.is_none() {
+        if HOLDER_STATS
+            .insert(key, HolderStats::default(), BPF_NOEXIST as u64)
+            .is_ok()
+        {
+            count(CNT_HOLDERS_CREATED);
+        }
+        h = HOLDER_STATS.get_ptr_mut(key);
+    }
+    if let Some(h) = h {
+        // SAFETY: a live map value (per-CPU: this CPU's), used before the program returns, not aliased.
+        let h = unsafe { &mut *h };
+        h.count += 1;
+        h.total_ns += wait;
     }
 }

@@ -382,6 +382,7 @@ fn entry(
         omitted: None,
         wait_task: None,
         spin: None,
+        holders: None,
     }
 }
 

@@ -5,6 +5,7 @@ pub mod correlate;
 pub mod episode;
 pub mod forget;
 pub mod futex;
+pub mod holders;
 pub mod model;
 pub mod pi_lock;
 pub mod pthread;

@@ -109,7 +109,41 @@ pub struct LockEntry {
     /// Deep spinlock tier entries (watched locks): `tier` and `hold`.
     #[serde(flatten, default, skip_serializing_if = "Option::is_none")]
     pub spin: Option<super::spin::SpinDetail>,
+    /// Sleeping locks whose word names its holder (mutex, rwsem, rtmutex): who held the
+    /// lock while these waits waited.
+    #[serde(flatten, default, skip_serializing_if = "Option::is_none")]
+    pub holders: Option<Holders>,
 }
+
+/// Who held a lock while its waits waited, as the lock's owner word named the holder
+/// when each wait began. `owner_unknown_wait_ns`: the wait time whose holder the word
+/// did not name (the lock had just been released, or the holder map was full).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Holders {
+    /// Longest total wait first, at most [`HOLDERS_PER_LOCK`].
+    pub owners: Vec<HolderEntry>,
+    pub owner_unknown_wait_ns: u64,
+    /// Wait time of the holders past the first [`HOLDERS_PER_LOCK`].
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub owners_omitted_wait_ns: u64,
+}
+
+pub const HOLDERS_PER_LOCK: usize = 8;
+
+/// One holder: the thread the owner word named (`readers` for a reader-owned rwsem,
+/// with pid and tid 0), the waits that found it holding, and their wait.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HolderEntry {
+    /// The holder thread's name (`readers`: the rwsem was held by readers).
+    pub comm: String,
+    pub pid: u32,
+    pub tid: u32,
+    pub contended: u64,
+    pub wait_total_ns: u64,
+}
+
+/// `HolderEntry::comm` of reader-owned rwsem waits.
+pub const READERS: &str = "readers";
 
 /// The process whose structure holds the lock (for `mmap_lock`, `siglock`, `pi_lock`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

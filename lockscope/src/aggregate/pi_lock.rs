@@ -123,6 +123,7 @@ pub fn apply_wait_task(
                     events: None,
                     wait_task: Some(proxy),
                     spin: None,
+                    holders: None,
                 });
             }
         }

@@ -586,6 +586,7 @@ mod tests {
             omitted: None,
             wait_task: None,
             spin: None,
+            holders: None,
             name: format!("lock {addr}"),
             owner: Some(Owner {
                 field: "mmap_lock".into(),
@@ -829,6 +830,7 @@ mod tests {
             omitted: None,
             wait_task: None,
             spin: None,
+            holders: None,
         }
     }
 

@@ -4,7 +4,8 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use lockscope_common::{
-    COUNTERS_LEN, ContentionKey, LockInfo, RwsemEventCounts, RwsemEventKey, STACK_NOT_SAMPLED,
+    COUNTERS_LEN, ContentionKey, HolderKey, HolderStats, LockInfo, RwsemEventCounts, RwsemEventKey,
+    STACK_NOT_SAMPLED,
 };
 
 pub use super::model::*;
@@ -34,6 +35,10 @@ pub struct RawSnapshot {
     pub rwsem_counters: Vec<u64>,
     /// The cgroup id the probes recorded for each process (by tgid).
     pub cgroups: HashMap<u32, u64>,
+    /// Waits per (lock, flags, holder), summed over CPUs.
+    pub holders: Vec<(HolderKey, HolderStats)>,
+    /// Thread names of the holders, by tid (read from /proc by the source).
+    pub holder_comms: HashMap<u32, String>,
 }
 
 /// One symbolized stack frame.
@@ -332,6 +337,14 @@ pub fn build_locks_cached(
     // Callers whose stack was stored once but is gone (evicted from the LRU map) before
     // it was ever symbolized: shown as [unknown].
     let mut stacks_evicted = 0u64;
+    let holder_index = super::holders::HolderIndex::new(&raw.holders);
+    let holder_comm = |tid: u32, tgid: u32| {
+        raw.holder_comms
+            .get(&tid)
+            .or_else(|| raw.comms.get(&tgid))
+            .cloned()
+            .unwrap_or_else(|| "?".to_owned())
+    };
     let mut locks: Vec<LockEntry> = plan
         .locks
         .into_iter()
@@ -367,6 +380,7 @@ pub fn build_locks_cached(
                     events: None,
                 })
                 .collect();
+            let holders = holder_index.holders(p.addr, p.lock_type, p.stats.total_ns, holder_comm);
             LockEntry {
                 addr: format!("{:#x}", p.addr),
                 lock_type: p.lock_type,
@@ -380,6 +394,7 @@ pub fn build_locks_cached(
                 events: None,
                 wait_task: None,
                 spin: None,
+                holders,
             }
         })
         .collect();

@@ -20,7 +20,14 @@ pub enum GroupBy {
     Type,
     /// One row per cgroup (v2 path below the root) of the waiting processes.
     Cgroup,
+    /// One row per lock holder: the thread a sleeping lock's owner word named when its
+    /// waits began (mutex, rwsem, rtmutex), `readers` for reader-owned rwsems, and the
+    /// wait whose holder was not known. Counts and totals only.
+    Owner,
 }
+
+/// The `--by owner` row of the wait whose holder was not known.
+pub const UNKNOWN_HOLDER: &str = "[holder unknown]";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]
 pub enum SortKey {
@@ -136,6 +143,41 @@ pub fn rows(rec: &Recording, by: GroupBy) -> Vec<Row> {
         GroupBy::Type => group(rec, |l| {
             let top = top_caller(l);
             vec![(l.lock_type.to_string(), top, l.stats.clone())]
+        }),
+        // The "top caller" of an owner row is the lock it held longest against waiters.
+        GroupBy::Owner => group(rec, |l| {
+            let Some(h) = &l.holders else {
+                return Vec::new();
+            };
+            let part = |count, total_ns| WaitStats {
+                count,
+                total_ns,
+                ..WaitStats::default()
+            };
+            let mut out: Vec<_> = h
+                .owners
+                .iter()
+                .map(|o| {
+                    let name = if o.tid == 0 {
+                        o.comm.clone()
+                    } else {
+                        format!("{}[{}]/{}", o.comm, o.pid, o.tid)
+                    };
+                    (name, l.name.clone(), part(o.contended, o.wait_total_ns))
+                })
+                .collect();
+            let known: u64 = h.owners.iter().map(|o| o.contended).sum();
+            let unknown = h
+                .owner_unknown_wait_ns
+                .saturating_add(h.owners_omitted_wait_ns);
+            if unknown > 0 {
+                out.push((
+                    UNKNOWN_HOLDER.to_owned(),
+                    l.name.clone(),
+                    part(l.stats.count.saturating_sub(known), unknown),
+                ));
+            }
+            out
         }),
     }
 }

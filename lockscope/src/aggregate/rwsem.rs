@@ -199,6 +199,7 @@ pub fn apply_rwsem_events(
             omitted: None,
             wait_task: None,
             spin: None,
+            holders: None,
         });
     }
 }

@@ -183,6 +183,7 @@ pub fn deep_entries(
             omitted: None,
             wait_task: None,
             spin: None,
+            holders: None,
         });
     }
     for e in &mut entries {

@@ -413,6 +413,7 @@ async fn wait_for_stop(
             }
             _ = tick.tick() => {
                 timeline.sample(session.elapsed_s(), &session.lock_totals()?);
+                session.name_holders()?;
                 if live {
                     show_status(session, start);
                 }

@@ -21,6 +21,13 @@ pub struct KernelOffsets {
     pub rwsem_wait_lock: u32,
     /// `NAME_*`: the lock fields whose offsets were found (the others are 0).
     pub name_kinds: u32,
+    pub task_pid: u32,
+    pub mutex_owner: u32,
+    pub rwsem_owner: u32,
+    pub rtmutex_owner: u32,
+    /// `HOLDER_*`: the lock kinds whose owner field was found (PREEMPT_RT's mutex and
+    /// rw_semaphore wrap an rtmutex: their waits are rtmutex waits).
+    pub holder_kinds: u32,
     /// Why a lock field is not named, one line each.
     pub missing: Vec<String>,
 }
@@ -29,7 +36,9 @@ impl KernelOffsets {
     /// The fields every probe needs are required; a lock field the kernel's BTF lacks
     /// only stays unnamed (its locks show as addresses), said in `missing`.
     pub fn from_btf(btf: &KernelBtf) -> anyhow::Result<Self> {
-        use lockscope_common::{NAME_MMAP_LOCK, NAME_PI_LOCK, NAME_SIGLOCK};
+        use lockscope_common::{
+            HOLDER_MUTEX, HOLDER_RTMUTEX, HOLDER_RWSEM, NAME_MMAP_LOCK, NAME_PI_LOCK, NAME_SIGLOCK,
+        };
         let mut o = Self {
             task_tgid: btf.member_offset("task_struct", "tgid")?,
             task_group_leader: btf.member_offset("task_struct", "group_leader")?,
@@ -64,6 +73,21 @@ impl KernelOffsets {
             Err(e) => o.missing.push(format!(
                 "pi_lock is not named, and its proxy and deep tier do not run ({e:#})"
             )),
+        }
+        // Lock holders: the task's thread id, and each kind's owner word. A kind without
+        // its field only leaves its waits' holders unknown.
+        if let Ok(pid) = btf.member_offset("task_struct", "pid") {
+            o.task_pid = pid;
+            for (kind, s, off) in [
+                (HOLDER_MUTEX, "mutex", &mut o.mutex_owner),
+                (HOLDER_RWSEM, "rw_semaphore", &mut o.rwsem_owner),
+                (HOLDER_RTMUTEX, "rt_mutex_base", &mut o.rtmutex_owner),
+            ] {
+                if let Ok(v) = btf.member_offset(s, "owner") {
+                    *off = v;
+                    o.holder_kinds |= kind;
+                }
+            }
         }
         Ok(o)
     }

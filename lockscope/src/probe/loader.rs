@@ -160,6 +160,11 @@ impl Probes {
             off_task_comm: offsets.task_comm,
             off_rwsem_wait_lock: offsets.rwsem_wait_lock,
             name_kinds: offsets.name_kinds,
+            off_task_pid: offsets.task_pid,
+            off_mutex_owner: offsets.mutex_owner,
+            off_rwsem_owner: offsets.rwsem_owner,
+            off_rtmutex_owner: offsets.rtmutex_owner,
+            holder_kinds: offsets.holder_kinds,
             stack_cost_ns: stack_budget(opts.stack_walks_per_cpu_s).0,
             stack_burst_ns: stack_budget(opts.stack_walks_per_cpu_s).1,
             ..Default::default()

@@ -86,6 +86,7 @@ fn name_header(by: GroupBy) -> &'static str {
         GroupBy::Task => "task",
         GroupBy::Type => "type",
         GroupBy::Cgroup => "cgroup",
+        GroupBy::Owner => "holder",
     }
 }
 
@@ -100,12 +101,15 @@ fn table(rec: &Recording, rows: &[Row], shown: usize, by: GroupBy) -> String {
         "p99~",
         "type",
         name_header(by),
-        if by == GroupBy::Caller {
-            ""
-        } else {
-            "top caller"
+        match by {
+            GroupBy::Caller => "",
+            GroupBy::Owner => "top lock",
+            _ => "top caller",
         },
     ];
+    // Holders are aggregated by count and total only.
+    let owner = by == GroupBy::Owner;
+    let or_dash = |v: u64| if owner { "-".to_owned() } else { fmt_ns(v) };
     let cells: Vec<[String; 9]> = rows[..shown]
         .iter()
         .map(|r| {
@@ -113,10 +117,10 @@ fn table(rec: &Recording, rows: &[Row], shown: usize, by: GroupBy) -> String {
             [
                 s.count.to_string(),
                 fmt_ns(s.total_ns),
-                fmt_ns(s.max_ns),
+                or_dash(s.max_ns),
                 fmt_ns(s.avg_ns()),
-                fmt_ns(s.percentile_ns(50.0)),
-                fmt_ns(s.percentile_ns(99.0)),
+                or_dash(s.percentile_ns(50.0)),
+                or_dash(s.percentile_ns(99.0)),
                 r.lock_type.clone(),
                 r.name.clone(),
                 if by == GroupBy::Caller {
@@ -155,7 +159,12 @@ fn table(rec: &Recording, rows: &[Row], shown: usize, by: GroupBy) -> String {
             &row.iter().map(String::as_str).collect::<Vec<_>>(),
         );
     }
-    if rows.is_empty() {
+    if rows.is_empty() && owner {
+        out.push_str(
+            "(no wait found its holder: holders are recorded for mutex, rwsem and rtmutex \
+             waits, by a lockscope that records them)\n",
+        );
+    } else if rows.is_empty() {
         out.push_str("(no lock contention recorded)\n");
     } else if shown < rows.len() {
         let _ = writeln!(
@@ -219,6 +228,9 @@ fn csv(rec: &Recording, rows: &[Row], by: GroupBy) -> String {
             String::new()
         }
     );
+    // Holders are aggregated by count and total only: the other cells stay empty.
+    let owner = by == GroupBy::Owner;
+    let cell = |v: u64| if owner { String::new() } else { v.to_string() };
     for r in rows {
         let s = &r.stats;
         let _ = writeln!(
@@ -228,13 +240,13 @@ fn csv(rec: &Recording, rows: &[Row], by: GroupBy) -> String {
             csv_field(&r.lock_type),
             r.addr,
             s.count,
-            s.failed,
+            cell(s.failed),
             s.total_ns,
-            s.max_ns,
-            s.min_ns,
+            cell(s.max_ns),
+            cell(s.min_ns),
             s.avg_ns(),
-            s.percentile_ns(50.0),
-            s.percentile_ns(99.0),
+            cell(s.percentile_ns(50.0)),
+            cell(s.percentile_ns(99.0)),
             csv_field(&r.top_caller),
             if events {
                 super::events::csv_cells(rec, &r.addr, &r.lock_type)

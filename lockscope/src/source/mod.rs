@@ -16,7 +16,8 @@ use aya::{
 };
 use lockscope_common::{
     CNT_TASK_WAITS_CREATED, CNT_TASK_WAITS_ENDED, COUNTERS_LEN, ContentionKey, ContentionStats,
-    LockInfo, RWSEM_COUNTERS_LEN, RwsemEventCounts, RwsemEventKey, StackFrames, WaitStart,
+    HolderKey, HolderStats, LockInfo, RWSEM_COUNTERS_LEN, RwsemEventCounts, RwsemEventKey,
+    StackFrames, WaitStart,
 };
 
 use std::collections::{BTreeMap, HashMap};
@@ -105,6 +106,40 @@ pub fn read_stacks(ebpf: &Ebpf, ids: &[u64]) -> anyhow::Result<HashMap<u64, Vec<
     Ok(out)
 }
 
+/// Waits per (lock, flags, holder), summed over CPUs.
+pub fn read_holders(ebpf: &Ebpf) -> anyhow::Result<Vec<(HolderKey, HolderStats)>> {
+    batch::percpu_entries::<HolderKey, HolderStats, _>(ebpf, "HOLDER_STATS", |cpus| {
+        let mut sum = HolderStats::default();
+        for c in cpus {
+            sum.count = sum.count.saturating_add(c.count);
+            sum.total_ns = sum.total_ns.saturating_add(c.total_ns);
+        }
+        sum
+    })
+}
+
+/// A live thread's name (`/proc/PID/task/TID/comm`).
+pub fn thread_comm(tgid: u32, tid: u32) -> Option<String> {
+    std::fs::read_to_string(format!("/proc/{tgid}/task/{tid}/comm"))
+        .ok()
+        .map(|c| c.trim_end().to_owned())
+}
+
+/// The thread names of the holders still alive (`/proc/PID/task/TID/comm`); the others
+/// are named after their process where the probes saw it.
+fn holder_comms(holders: &[(HolderKey, HolderStats)]) -> HashMap<u32, String> {
+    let mut out = HashMap::new();
+    for (k, _) in holders {
+        if k.tid == lockscope_common::HOLDER_READERS || out.contains_key(&k.tid) {
+            continue;
+        }
+        if let Some(c) = thread_comm(k.tgid, k.tid) {
+            out.insert(k.tid, c);
+        }
+    }
+    out
+}
+
 /// Everything the probes aggregated so far (stacks are read apart: [`read_stacks`]). `futex`: the futex probes are attached.
 pub fn read_snapshot(ebpf: &Ebpf, futex: bool) -> anyhow::Result<RawSnapshot> {
     let mut raw = RawSnapshot {
@@ -135,6 +170,8 @@ pub fn read_snapshot(ebpf: &Ebpf, futex: bool) -> anyhow::Result<RawSnapshot> {
     for i in [CNT_TASK_WAITS_CREATED, CNT_TASK_WAITS_ENDED] {
         raw.counters[i as usize] = counters.get(&i, 0)?.iter().sum();
     }
+    raw.holders = read_holders(ebpf)?;
+    raw.holder_comms = holder_comms(&raw.holders);
     let waiting = batch::hash_entries::<u32, WaitStart>(ebpf, "TASK_WAITS")?.len();
     let cpu_depth: PerCpuArray<&MapData, u32> =
         PerCpuArray::try_from(ebpf.map("CPU_WAIT_DEPTH").context("CPU_WAIT_DEPTH map")?)?;

@@ -17,6 +17,7 @@ mod futex_mutex;
 mod futex_rwlock;
 mod futex_sys;
 mod handoff;
+mod holders;
 mod pi_contend;
 mod pthread_mutex;
 mod ptrace_storm;
@@ -27,6 +28,7 @@ pub use fault::MmapFaultArgs;
 pub use futex_mutex::FutexMutexArgs;
 pub use futex_rwlock::FutexRwlockArgs;
 pub use handoff::MmapHandoffArgs;
+pub use holders::MmapHoldersArgs;
 pub use pi_contend::PiContendArgs;
 pub use pthread_mutex::PthreadMutexArgs;
 pub use ptrace_storm::PtraceStormArgs;
@@ -151,6 +153,16 @@ pub enum Workload {
     /// stops, peeks, detaches and failed calls.
     #[command(verbatim_doc_comment)]
     PtraceStorm(PtraceStormArgs),
+    /// Two writers on one mmap_lock, one holding it long, one briefly: every wait's holder
+    /// is known.
+    ///
+    /// holder-long loops on mprotect over a large populated region (mmap_lock for
+    /// write while every page table entry changes); holder-short on mprotect of one
+    /// page. The short holder's waits are behind the long one and the other way round,
+    /// so `lockscope report --by owner` of a recording names holder-long for most of
+    /// the wait. Prints both thread ids and their operation counts.
+    #[command(verbatim_doc_comment)]
+    MmapHolders(MmapHoldersArgs),
 
     /// Threads re-taking one victim thread's `pi_lock`: the starvation detector's load.
     ///
@@ -176,6 +188,7 @@ pub fn run(w: &Workload) -> anyhow::Result<()> {
         Workload::PthreadMutex(args) => pthread_mutex::run(args),
         Workload::MmapHandoff(args) => handoff::run(args),
         Workload::PtraceStorm(args) => ptrace_storm::run(args),
+        Workload::MmapHolders(args) => holders::run(args),
         Workload::PiContend(args) => pi_contend::run(args),
     }
 }

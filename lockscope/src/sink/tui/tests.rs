@@ -42,6 +42,7 @@ fn lock(addr: &str, t: LockType, name: &str, tasks: &[(u32, &str, WaitStats)]) -
         omitted: None,
         wait_task: None,
         spin: None,
+        holders: None,
         name: name.into(),
         owner: name.starts_with("mmap_lock").then(|| Owner {
             field: "mmap_lock".into(),
@@ -583,6 +584,7 @@ fn futex_word(
         omitted: None,
         wait_task: None,
         spin: None,
+        holders: None,
     }
 }
 

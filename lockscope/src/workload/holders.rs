@@ -1,0 +1,119 @@
+//! `mmap-holders`: two writer threads on one `mmap_lock` whose holds differ by orders of
+//! magnitude, so that the holder of every wait is known. The long holder loops on
+//! `mprotect` over a large populated region (the write lock is held while every page
+//! table entry of the region changes); the short holder loops on `mprotect` of one page.
+//! Both take `mmap_lock` for write only, so every wait finds a writer holding it: the
+//! short holder's waits are behind the long holder, and the long holder's behind the
+//! short one.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+
+use super::sys;
+
+/// Options for `lockscope workload mmap-holders`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct MmapHoldersArgs {
+    /// How long to run, in seconds (fractions allowed).
+    #[arg(long, short = 's', value_name = "S", default_value_t = 3.0)]
+    pub seconds: f64,
+    /// Size of the long holder's region, in MiB: how long one of its holds lasts.
+    #[arg(long, value_name = "MIB", default_value_t = 32)]
+    pub region_mib: usize,
+    /// Print the summary as one JSON object instead of `key: value` lines.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `mprotect` `len` bytes at `p` to read-only, then back to read-write.
+fn toggle(p: *mut u8, len: usize) -> std::io::Result<()> {
+    for prot in [libc::PROT_READ, libc::PROT_READ | libc::PROT_WRITE] {
+        // SAFETY: `p..p+len` is a mapping this workload owns and nothing else touches
+        // while its protection changes.
+        if unsafe { libc::mprotect(p.cast(), len, prot) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+fn gettid() -> u32 {
+    // SAFETY: a syscall without arguments.
+    unsafe { libc::gettid() as u32 }
+}
+
+pub fn run(args: &MmapHoldersArgs) -> anyhow::Result<()> {
+    if !(args.seconds.is_finite() && args.seconds > 0.0) {
+        bail!("--seconds must be a positive number, got {}", args.seconds);
+    }
+    if args.region_mib == 0 {
+        bail!("--region-mib must be at least 1");
+    }
+    let _signals = sys::StopSignals::install()?;
+    let page = sys::page_size();
+    let long_len = args.region_mib << 20;
+    let long = Arc::new(sys::Mapping::anonymous(long_len)?);
+    // Fault every page in: the protection change then walks populated page tables.
+    // SAFETY: writing inside the mapping just created.
+    unsafe { std::ptr::write_bytes(long.as_ptr(), 1, long_len) };
+    let short = Arc::new(sys::Mapping::anonymous(page)?);
+    // SAFETY: as above.
+    unsafe { std::ptr::write_bytes(short.as_ptr(), 1, page) };
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let ops = [Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0))];
+    let tids = [Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0))];
+    let mut handles = Vec::new();
+    for (i, name) in ["holder-long", "holder-short"].into_iter().enumerate() {
+        let (stop, ops, tid) = (stop.clone(), ops[i].clone(), tids[i].clone());
+        let (map, len) = if i == 0 {
+            (long.clone(), long_len)
+        } else {
+            (short.clone(), page)
+        };
+        handles.push(
+            std::thread::Builder::new()
+                .name(name.into())
+                .spawn(move || -> anyhow::Result<()> {
+                    tid.store(gettid() as u64, Ordering::Relaxed);
+                    while !stop.load(Ordering::Relaxed) {
+                        toggle(map.as_ptr(), len).context("mprotect")?;
+                        ops.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Ok(())
+                })
+                .context("spawning mmap-holders thread")?,
+        );
+    }
+    let (elapsed, err) = sys::run_then_join(
+        Duration::from_secs_f64(args.seconds),
+        &stop,
+        handles,
+        "mmap-holders thread",
+    );
+    if let Some(e) = err {
+        return Err(e);
+    }
+    let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+    let (lt, st) = (get(&tids[0]), get(&tids[1]));
+    let (lo, so) = (get(&ops[0]), get(&ops[1]));
+    if args.json {
+        println!(
+            "{{\"workload\":\"mmap-holders\",\"pid\":{},\"long_tid\":{lt},\"short_tid\":{st},\
+             \"long_ops\":{lo},\"short_ops\":{so},\"elapsed_s\":{:.3}}}",
+            std::process::id(),
+            elapsed.as_secs_f64()
+        );
+    } else {
+        println!("pid: {}", std::process::id());
+        println!("long_tid: {lt}");
+        println!("short_tid: {st}");
+        println!("long_ops: {lo}");
+        println!("short_ops: {so}");
+        println!("elapsed: {}", sys::fmt_secs(elapsed));
+    }
+    Ok(())
+}

@@ -1,0 +1,92 @@
+//! Lock holders: a workload of two writers on one mmap_lock, one holding it long and one
+//! briefly, knows who held the lock during every wait. The recording must name a holder
+//! for nearly all the wait time, blame the long holder for most of it, and name it by
+//! its thread; `report --by owner` must rank it first.
+
+mod common;
+
+use common::*;
+
+fn field(stdout: &str, key: &str) -> u64 {
+    stdout
+        .lines()
+        .find_map(|l| l.strip_prefix(key)?.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {key} in:\n{stdout}"))
+}
+
+#[test]
+fn the_long_holder_is_blamed_for_the_waits_of_the_other() {
+    let _serial = serial();
+    let dir = scratch("holders");
+    let file = dir.join("rec.json");
+    let out = run_ok(lockscope().args(["record", "-o"]).arg(&file).args([
+        "--",
+        bin(),
+        "workload",
+        "mmap-holders",
+        "--seconds",
+        "2",
+    ]));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let (pid, long, short) = (
+        field(&stdout, "pid:"),
+        field(&stdout, "long_tid:"),
+        field(&stdout, "short_tid:"),
+    );
+    let rec = read_json(&file);
+    let w = mmap_lock_entries(&rec, Some(pid))
+        .into_iter()
+        .find(|l| l["type"] == "rwsem:W")
+        .unwrap_or_else(|| panic!("no rwsem:W mmap_lock entry for pid {pid}"));
+    let total = w["wait_total_ns"].as_u64().unwrap();
+    assert!(w["contended"].as_u64().unwrap() >= 20, "{w}");
+    let owners = w["owners"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no owners: {w}"));
+    let unknown = w["owner_unknown_wait_ns"].as_u64().unwrap();
+    let known: u64 = owners
+        .iter()
+        .map(|o| o["wait_total_ns"].as_u64().unwrap())
+        .sum::<u64>()
+        + w["owners_omitted_wait_ns"].as_u64().unwrap_or(0);
+    // Every nanosecond of wait is either some holder's or unknown.
+    assert_eq!(known + unknown, total, "{w}");
+    assert!(
+        unknown as f64 <= 0.05 * total as f64,
+        "holder unknown for {unknown} of {total} ns: {w}"
+    );
+    let top = &owners[0];
+    assert_eq!(top["tid"].as_u64(), Some(long), "{w}");
+    assert_eq!(top["pid"].as_u64(), Some(pid), "{w}");
+    assert_eq!(top["comm"], "holder-long", "{w}");
+    assert!(
+        top["wait_total_ns"].as_u64().unwrap() as f64 >= 0.8 * total as f64,
+        "the long holder holds only {} of {total} ns: {w}",
+        top["wait_total_ns"]
+    );
+    // The short holder's holds are the long holder's (shorter) waits.
+    if let Some(s) = owners.iter().find(|o| o["tid"].as_u64() == Some(short)) {
+        assert_eq!(s["comm"], "holder-short", "{w}");
+        assert!(s["wait_total_ns"].as_u64() < top["wait_total_ns"].as_u64());
+    }
+
+    let table = String::from_utf8_lossy(
+        &run_ok(lockscope().args(["report", "--by", "owner"]).arg(&file)).stdout,
+    )
+    .into_owned();
+    let first = table.lines().nth(1).unwrap_or_default();
+    assert!(
+        first.contains(&format!("holder-long[{pid}]/{long}")),
+        "{table}"
+    );
+    let csv = String::from_utf8_lossy(
+        &run_ok(
+            lockscope()
+                .args(["report", "--by", "owner", "--format", "csv"])
+                .arg(&file),
+        )
+        .stdout,
+    )
+    .into_owned();
+    assert!(csv.starts_with("holder,type,addr,contended"), "{csv}");
+}
