@@ -106,10 +106,14 @@ pub struct LockInfo {
     pub kind: u32,
     /// Process that owns the structure holding the lock.
     pub tgid: u32,
-    /// The process's `comm` (its thread group leader's) at that moment.
+    /// The process's `comm` (its thread group leader's) at that moment; for a
+    /// `pi_lock`, the thread's own.
     pub comm: [u8; 16],
+    /// For a `pi_lock`: the thread whose lock it is (0: not known).
+    pub tid: u32,
+    pub _pad: u32,
 }
-assert_size!(LockInfo, 24);
+assert_size!(LockInfo, 32);
 
 /// A wait in progress, kept from `contention_begin` to `contention_end`.
 #[repr(C)]

@@ -90,3 +90,35 @@ fn the_long_holder_is_blamed_for_the_waits_of_the_other() {
     .into_owned();
     assert!(csv.starts_with("holder,type,addr,contended"), "{csv}");
 }
+
+#[test]
+fn a_threads_pi_lock_is_named_for_the_thread() {
+    let _serial = serial();
+    let dir = scratch("pi-thread-name");
+    let file = dir.join("rec.json");
+    let out = run_ok(lockscope().args(["record", "-o"]).arg(&file).args([
+        "--",
+        bin(),
+        "workload",
+        "pi-contend",
+        "--seconds",
+        "1",
+    ]));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let victim = field(&stdout, "victim_tid:");
+    let rec = read_json(&file);
+    let name = format!("pi_lock of pi-victim[{victim}]");
+    let entry = rec["locks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["name"] == name.as_str())
+        .unwrap_or_else(|| panic!("no entry {name}"));
+    // The victim is a thread of the workload's process: its lock names the thread, and
+    // the owner says which process it belongs to.
+    let owner = &entry["owner"];
+    assert_eq!(owner["field"], "pi_lock", "{entry}");
+    assert_eq!(owner["tid"].as_u64(), Some(victim), "{entry}");
+    assert_ne!(owner["pid"].as_u64(), Some(victim), "{entry}");
+    assert_eq!(owner["comm"], "pi-victim", "{entry}");
+}

@@ -355,10 +355,22 @@ fn name_lock(cfg: &ProbeConfig, lock: u64) {
             }
         }
     };
+    let pid_tgid = bpf_get_current_pid_tgid();
+    // A pi_lock is a thread's: named after the thread.
+    let (tid, comm) = if kind == LOCK_KIND_PI_LOCK {
+        (
+            pid_tgid as u32,
+            aya_ebpf::helpers::bpf_get_current_comm().unwrap_or([0; 16]),
+        )
+    } else {
+        (0, current_process_comm(cfg))
+    };
     let info = LockInfo {
         kind,
-        tgid: (bpf_get_current_pid_tgid() >> 32) as u32,
-        comm: current_process_comm(cfg),
+        tgid: (pid_tgid >> 32) as u32,
+        comm,
+        tid,
+        _pad: 0,
     };
     if let Err(e) = LOCK_INFO.insert(lock, info, BPF_NOEXIST as u64)
         && e != -17
@@ -377,7 +389,8 @@ fn name_other_task_pi_lock(lock: u64) {
     }
 }
 
-/// Name `task`'s `pi_lock` after the task's process (`task` is a live task pointer).
+/// Name `task`'s `pi_lock` after the thread (`task` is a live task pointer), or after
+/// its process where the kernel's BTF gave no `task_struct.pid`.
 #[inline(never)]
 pub fn name_task_pi_lock(task: u64) {
     let cfg = CONFIG.load();
@@ -387,7 +400,16 @@ pub fn name_task_pi_lock(task: u64) {
         return;
     }
     let tgid = read_kernel(task + cfg.off_task_tgid as u64) as u32;
-    let leader = read_kernel(task + cfg.off_task_group_leader as u64);
+    let tid = if cfg.off_task_pid != 0 {
+        read_u32(task + cfg.off_task_pid as u64)
+    } else {
+        0
+    };
+    let leader = if tid != 0 {
+        task
+    } else {
+        read_kernel(task + cfg.off_task_group_leader as u64)
+    };
     let comm = if leader != 0 {
         // SAFETY: a checked read: a bad address gives an error, never a fault.
         unsafe { bpf_probe_read_kernel((leader + cfg.off_task_comm as u64) as *const [u8; 16]) }
@@ -399,6 +421,8 @@ pub fn name_task_pi_lock(task: u64) {
         kind: LOCK_KIND_PI_LOCK,
         tgid,
         comm,
+        tid,
+        _pad: 0,
     };
     if let Err(e) = LOCK_INFO.insert(lock, info, BPF_NOEXIST as u64)
         && e != -17

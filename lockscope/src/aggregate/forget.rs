@@ -202,6 +202,8 @@ mod tests {
             kind,
             tgid,
             comm: [0; 16],
+            tid: 0,
+            _pad: 0,
         };
         let raw = RawSnapshot {
             stats: [

@@ -151,6 +151,10 @@ pub struct Owner {
     pub field: String,
     pub pid: u32,
     pub comm: String,
+    /// A `pi_lock`'s thread, when it is not the process's main thread (`comm` is then
+    /// the thread's name).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tid: Option<u32>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -589,6 +589,7 @@ mod tests {
             holders: None,
             name: format!("lock {addr}"),
             owner: Some(Owner {
+                tid: None,
                 field: "mmap_lock".into(),
                 pid: 1,
                 comm: "owner".into(),

@@ -426,6 +426,7 @@ pub fn lock_identity(raw: &RawSnapshot, names: &dyn Names, addr: u64) -> (String
             Some(Owner {
                 field: o.field.name().to_owned(),
                 pid: o.pid,
+                tid: o.tid,
                 comm: o.comm,
             }),
         ),
@@ -586,6 +587,8 @@ pub(crate) mod tests {
                 kind: LOCK_KIND_MMAP_LOCK,
                 tgid: 100,
                 comm,
+                tid: 0,
+                _pad: 0,
             },
         );
         raw.stacks.insert(1, vec![1, 2, 3, 4]);

@@ -135,6 +135,8 @@ fn lock_info(snap: &SpinSnapshot) -> HashMap<u64, LockInfo> {
                     kind: LOCK_KIND_PI_LOCK,
                     tgid: w.tid,
                     comm,
+                    tid: 0,
+                    _pad: 0,
                 },
             )
         })

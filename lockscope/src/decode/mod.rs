@@ -213,6 +213,8 @@ pub struct LockOwner {
     pub field: LockField,
     pub pid: u32,
     pub comm: String,
+    /// A `pi_lock`'s thread, when it is not the process's main thread.
+    pub tid: Option<u32>,
 }
 
 /// Which field of the owner's structures the lock is.
@@ -249,12 +251,17 @@ impl LockOwner {
             field,
             pid: info.tgid,
             comm: comm_to_string(&info.comm),
+            tid: (field == LockField::PiLock && info.tid != 0 && info.tid != info.tgid)
+                .then_some(info.tid),
         })
     }
 
-    /// The lock's name, e.g. `mmap_lock of lockscope[1234]`.
+    /// The lock's name, e.g. `mmap_lock of lockscope[1234]`; a thread's `pi_lock` is
+    /// named after the thread, `pi_lock of worker[1236]` (its name and thread id, as the
+    /// deep spinlock tier names it).
     pub fn name(&self) -> String {
-        format!("{} of {}[{}]", self.field.name(), self.comm, self.pid)
+        let id = self.tid.unwrap_or(self.pid);
+        format!("{} of {}[{}]", self.field.name(), self.comm, id)
     }
 }
 
@@ -388,6 +395,8 @@ mod tests {
             kind: LOCK_KIND_MMAP_LOCK,
             tgid: 42,
             comm,
+            tid: 0,
+            _pad: 0,
         };
         assert_eq!(
             LockOwner::decode(&info).unwrap().name(),
@@ -395,5 +404,32 @@ mod tests {
         );
         let bad = LockInfo { kind: 99, ..info };
         assert!(LockOwner::decode(&bad).is_err());
+        // Two threads' pi_locks: two names; the main thread's is the process's.
+        let mut worker = [0u8; 16];
+        worker[..6].copy_from_slice(b"worker");
+        let pi = |tid| LockInfo {
+            kind: LOCK_KIND_PI_LOCK,
+            tgid: 42,
+            comm: worker,
+            tid,
+            _pad: 0,
+        };
+        assert_eq!(
+            LockOwner::decode(&pi(43)).unwrap().name(),
+            "pi_lock of worker[43]"
+        );
+        assert_eq!(LockOwner::decode(&pi(43)).unwrap().tid, Some(43));
+        assert_eq!(
+            LockOwner::decode(&pi(42)).unwrap().name(),
+            "pi_lock of worker[42]"
+        );
+        assert_eq!(LockOwner::decode(&pi(42)).unwrap().tid, None);
+        // An mmap_lock is the process's whatever the thread.
+        assert_eq!(
+            LockOwner::decode(&LockInfo { tid: 43, ..info })
+                .unwrap()
+                .name(),
+            "mmap_lock of make[42]"
+        );
     }
 }

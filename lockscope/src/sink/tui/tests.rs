@@ -45,6 +45,7 @@ fn lock(addr: &str, t: LockType, name: &str, tasks: &[(u32, &str, WaitStats)]) -
         holders: None,
         name: name.into(),
         owner: name.starts_with("mmap_lock").then(|| Owner {
+            tid: None,
             field: "mmap_lock".into(),
             pid: 4242,
             comm: "churn".into(),
