@@ -265,7 +265,7 @@ impl Progress {
         self.done += 1;
         let elapsed = self.start.elapsed().as_secs_f64();
         let eta = if self.done > 1 {
-            elapsed / (self.done - 1) as f64 * (self.total - self.done + 1) as f64
+            elapsed / (self.done - 1) as f64 * (self.total.saturating_sub(self.done) + 1) as f64
         } else {
             f64::NAN
         };
@@ -294,7 +294,8 @@ fn full_run(ctx: &Ctx, runs: Option<usize>) -> Result<BenchResults> {
     // Overhead runs, then cost, capacity steps and daemon cases.
     let cap = capacity_plan(ctx.quick);
     let mut progress = Progress {
-        total: runs * specs.len() * TOOLS.len() + 1 + cap.len() + 4,
+        // Cost, capacity, two daemon cases, real time, start/stop, memcached.
+        total: runs * specs.len() * TOOLS.len() + 1 + cap.len() + 5,
         done: 0,
         start: Instant::now(),
     };
@@ -397,6 +398,14 @@ fn full_run(ctx: &Ctx, runs: Option<usize>) -> Result<BenchResults> {
         start_stop.record_true_s, start_stop.serve_sigterm_s
     );
 
+    progress.step("memcached under memcslap: bare, beside a recording, traced");
+    let memcached = memcached_case(ctx)?;
+    let (beside, traced) = memcached.ratios();
+    println!(
+        "        get time bare {:?} s, beside record {:?} s ({:?}x), traced {:?} s ({:?}x)",
+        memcached.bare_s, memcached.beside_s, beside, memcached.traced_s, traced
+    );
+
     Ok(BenchResults {
         schema: SCHEMA.into(),
         machine: Some(machine),
@@ -414,6 +423,7 @@ fn full_run(ctx: &Ctx, runs: Option<usize>) -> Result<BenchResults> {
         soak: None,
         realtime: Some(realtime),
         start_stop: Some(start_stop),
+        memcached: Some(memcached),
         targets: Vec::new(),
     })
 }
@@ -490,6 +500,97 @@ fn start_stop_case(ctx: &Ctx) -> Result<StartStop> {
         ss.serve_sigterm_s.push(t0.elapsed().as_secs_f64());
     }
     Ok(ss)
+}
+
+/// memcached (2 worker threads) serving memcslap's gets (4 client threads): alone, while
+/// `lockscope record` profiles an unrelated command (`cat`), and while `lockscope record
+/// -p` traces memcached itself; alternating, `runs` rounds.
+fn memcached_case(ctx: &Ctx) -> Result<Memcached> {
+    let (runs, per_thread) = if ctx.quick {
+        (1, "20000")
+    } else {
+        (3, "50000")
+    };
+    let port = proc::free_port()?;
+    let mut server = Command::new("memcached");
+    server.args(["-t", "2", "-U", "0", "-l", "127.0.0.1", "-u", "root", "-p"]);
+    server.arg(port.to_string());
+    let mut server = Proc::spawn(server, &ctx.scratch, "memcached", false)?;
+    proc::wait_ready(&mut server, Duration::from_secs(30), || {
+        std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+    })?;
+    let args: Vec<String> = [
+        format!("--servers=127.0.0.1:{port}"),
+        "--concurrency=4".into(),
+        format!("--execute-number={per_thread}"),
+        "--test=get".into(),
+    ]
+    .to_vec();
+    let mut m = Memcached {
+        server_threads: 2,
+        memcslap_args: args.clone(),
+        ..Default::default()
+    };
+    let slap = |name: &str| -> Result<f64> {
+        let mut c = Command::new("memcslap");
+        c.args(&args);
+        let mut p = Proc::spawn(c, &ctx.scratch, name, false)?;
+        p.wait(Duration::from_secs(600))?;
+        parse::memcslap_get_seconds(&p.stdout_text())
+            .with_context(|| format!("bench: no `Time to get` in memcslap's output ({name})"))
+    };
+    // A recording must be attached before the load starts: `-- cat` runs once attached;
+    // `-p` prints its first line once attached.
+    let attached = |p: &mut Proc, with_cat: bool| -> Result<()> {
+        let (pid, err) = (p.pid, p.stderr.clone());
+        proc::wait_ready(p, Duration::from_secs(90), || {
+            if with_cat {
+                proc::has_child_named(pid, "cat")
+            } else {
+                std::fs::read_to_string(&err).is_ok_and(|t| t.contains("lockscope: recording"))
+            }
+        })
+    };
+    let result = (|| -> Result<()> {
+        for i in 0..runs {
+            m.bare_s.push(slap(&format!("memcslap-bare-{i}"))?);
+
+            let mut rec = ctx.lockscope();
+            rec.args(["record", "-n", "1", "-o"])
+                .arg(ctx.scratch.join(format!("memcached-beside-{i}.json")))
+                .arg("--")
+                .arg(&ctx.cat);
+            let mut rec = Proc::spawn(rec, &ctx.scratch, &format!("memcached-beside-{i}"), true)?;
+            attached(&mut rec, true)?;
+            m.beside_s.push(slap(&format!("memcslap-beside-{i}"))?);
+            drop(rec.stdin.take());
+            rec.wait(Duration::from_secs(120))?;
+
+            let file = ctx.scratch.join(format!("memcached-traced-{i}.json"));
+            let mut rec = ctx.lockscope();
+            rec.args(["record", "-n", "1", "-p"])
+                .arg(server.pid.to_string())
+                .arg("-o")
+                .arg(&file);
+            let mut rec = Proc::spawn(rec, &ctx.scratch, &format!("memcached-traced-{i}"), false)?;
+            attached(&mut rec, false)?;
+            m.traced_s.push(slap(&format!("memcslap-traced-{i}"))?);
+            rec.signal(libc::SIGINT);
+            rec.wait(Duration::from_secs(120))?;
+            let traced = read_json(&file)?;
+            m.traced_waits.push(
+                traced["locks"]
+                    .as_array()
+                    .map(|a| a.iter().filter_map(|l| l["contended"].as_u64()).sum())
+                    .unwrap_or(0),
+            );
+        }
+        Ok(())
+    })();
+    server.signal(libc::SIGTERM);
+    let _ = server.wait(Duration::from_secs(30));
+    result?;
+    Ok(m)
 }
 
 fn throughputs(s: &[RunSample]) -> Vec<f64> {

@@ -32,8 +32,11 @@ pub const DEBIAN_PACKAGES: &[&str] = &[
     // pthread tests: a statically linked C program (no shared libc to probe).
     "gcc",
     "libc6-dev",
-    // `cargo xtask bench`: the bpftrace equivalent lockscope is measured against.
+    // `cargo xtask bench`: the bpftrace equivalent lockscope is measured against, and a
+    // real multi-threaded server under its own load generator.
     "bpftrace",
+    "memcached",
+    "libmemcached-tools",
     // Real-time view tests: cyclictest's RT threads next to a ptrace load.
     "rt-tests",
     "stress-ng",

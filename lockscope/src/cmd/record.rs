@@ -35,6 +35,7 @@ pub fn run(args: RecordArgs) -> anyhow::Result<ExitCode> {
     let target = validate(&args)?;
     let types = parse_types(&args.types)?;
     let target_desc = describe_target(&args, &target);
+    let shown_target = target_desc.clone();
 
     let rt = args.latency_threshold.map(|t| RtOptions {
         latency_threshold_ns: t,
@@ -63,6 +64,16 @@ pub fn run(args: RecordArgs) -> anyhow::Result<ExitCode> {
         .chain(&session.probes().pthread.notes)
     {
         eprintln!("lockscope: note: {note}");
+    }
+    if args.command.is_empty() {
+        // Attached: say so (scripts wait for this line before starting their load).
+        eprintln!(
+            "lockscope: recording {}; Ctrl-C to stop{}",
+            shown_target,
+            args.duration
+                .map(|d| format!(" (or after {d} s)"))
+                .unwrap_or_default()
+        );
     }
     session.set_starvation(lockscope_common::SpinParams {
         threshold_ns: args.starvation_threshold,

@@ -256,6 +256,18 @@ pub fn workload_summary(stdout: &str) -> Option<serde_json::Value> {
 }
 
 /// `12.3 s`, `4m05s`: a duration for progress lines.
+/// memcslap's `Time to get N keys by T threads: S seconds.` line: S.
+pub fn memcslap_get_seconds(text: &str) -> Option<f64> {
+    text.lines()
+        .find(|l| l.trim_start().starts_with("Time to get"))?
+        .split(':')
+        .nth(1)?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
 pub fn fmt_duration(secs: f64) -> String {
     let s = secs.max(0.0).round() as u64;
     if s < 60 {
@@ -282,6 +294,16 @@ pub fn fmt_si(v: f64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn memcslap_get_time() {
+        let out = "Time to start             4 threads:                  0.000 seconds.\n\
+                   --------------------------------------------------------------------\n\
+                   Time to get           40000 keys by    4 threads:     0.465 seconds.\n\
+                   Time total:                                           1.269 seconds.\n";
+        assert_eq!(memcslap_get_seconds(out), Some(0.465));
+        assert_eq!(memcslap_get_seconds("Time total: 1 seconds."), None);
+    }
 
     #[test]
     fn median_odd_even_empty() {

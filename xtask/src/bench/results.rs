@@ -32,8 +32,40 @@ pub struct BenchResults {
     /// Wall times of starting and stopping.
     #[serde(default)]
     pub start_stop: Option<StartStop>,
+    /// A real server under its own load generator: bare, beside a recording of another
+    /// command, traced itself.
+    #[serde(default)]
+    pub memcached: Option<Memcached>,
     #[serde(default)]
     pub targets: Vec<TargetCheck>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Memcached {
+    /// memcached's worker threads and memcslap's arguments.
+    pub server_threads: u32,
+    pub memcslap_args: Vec<String>,
+    /// memcslap's own "Time to get" seconds, per run: memcached alone, beside
+    /// `lockscope record -- <another command>`, and under `lockscope record -p <memcached>`.
+    pub bare_s: Vec<f64>,
+    pub beside_s: Vec<f64>,
+    pub traced_s: Vec<f64>,
+    /// Waits the traced runs recorded on memcached's locks (the tracing was real).
+    pub traced_waits: Vec<u64>,
+}
+
+impl Memcached {
+    /// (beside, traced) median over bare median.
+    pub fn ratios(&self) -> (Option<f64>, Option<f64>) {
+        let bare = Spread::of(&self.bare_s).map(|s| s.median);
+        let r = |v: &[f64]| {
+            Spread::of(v)
+                .map(|s| s.median)
+                .zip(bare)
+                .and_then(|(m, b)| (b > 0.0).then(|| m / b))
+        };
+        (r(&self.beside_s), r(&self.traced_s))
+    }
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -406,6 +438,27 @@ pub fn judge_targets(r: &BenchResults) -> Vec<TargetCheck> {
                 format!("{:?} s, worst {w:.3} s", ss.serve_sigterm_s)
             }),
             st.map(|w| w <= 1.0),
+        ));
+    }
+    if let Some(m) = &r.memcached {
+        let (beside, traced) = m.ratios();
+        let show = |v: &[f64], x: Option<f64>| {
+            format!(
+                "{:?} s against bare {:?} s: {}",
+                v,
+                m.bare_s,
+                x.map_or("n/a".into(), |x| format!("{x:.2}x"))
+            )
+        };
+        out.push(check(
+            "memcached under memcslap beside `record -- <another command>`: within 1.15x of bare",
+            show(&m.beside_s, beside),
+            beside.map(|x| x <= 1.15),
+        ));
+        out.push(check(
+            "memcached under memcslap while `record -p <memcached>` traces it: within 1.5x of bare",
+            show(&m.traced_s, traced),
+            traced.map(|x| x <= 1.5),
         ));
     }
     let cost = r.cost.as_ref();
@@ -804,6 +857,32 @@ pub fn render_markdown(r: &BenchResults) -> String {
             c.note
         );
     }
+    if let Some(m) = &r.memcached {
+        let (beside, traced) = m.ratios();
+        let med = |v: &[f64]| Spread::of(v).map_or("n/a".into(), |s| format!("{:.3}", s.median));
+        let _ = writeln!(
+            s,
+            "## memcached\n\n`memcached -t {}` serving `memcslap {}` (memcslap's own `Time to \
+             get`, seconds; alternating runs): alone, beside `lockscope record -- cat` (an \
+             unrelated command), and while `lockscope record -p <memcached>` traces it.\n\n\
+             | case | runs (s) | median (s) | vs bare |\n|---|---|---:|---:|\n\
+             | bare | {:?} | {} | 1.00 |\n\
+             | beside `record -- cat` | {:?} | {} | {} |\n\
+             | `record -p memcached` | {:?} | {} | {} |\n\n\
+             Waits the traced runs recorded on memcached's locks: {:?}.\n",
+            m.server_threads,
+            m.memcslap_args.join(" "),
+            m.bare_s,
+            med(&m.bare_s),
+            m.beside_s,
+            med(&m.beside_s),
+            beside.map_or("n/a".into(), |x| format!("{x:.2}")),
+            m.traced_s,
+            med(&m.traced_s),
+            traced.map_or("n/a".into(), |x| format!("{x:.2}")),
+            m.traced_waits,
+        );
+    }
     if !r.daemon.is_empty() {
         let _ = writeln!(
             s,
@@ -1024,6 +1103,12 @@ mod tests {
             }),
             ..Default::default()
         });
+        r.memcached = Some(Memcached {
+            bare_s: vec![2.0, 2.2, 1.8],
+            beside_s: vec![2.1, 2.0, 2.2],
+            traced_s: vec![4.0, 4.4, 3.6],
+            ..Default::default()
+        });
         r.capacity = Some(Capacity {
             steps: vec![
                 CapacityStep {
@@ -1056,6 +1141,13 @@ mod tests {
                 .contains("1.33x")
         );
         assert_eq!(get("futex probes").status, "missed");
+        assert_eq!(get("memcached under memcslap beside").status, "met");
+        assert!(
+            get("memcached under memcslap beside")
+                .measured
+                .ends_with("1.05x")
+        );
+        assert_eq!(get("memcached under memcslap while").status, "missed");
         assert!(get("futex probes").measured.ends_with("3.00x"));
         assert_eq!(get("zero lost events").status, "met");
         // Exact, but nothing was lost: loss counting itself was not exercised.
