@@ -238,6 +238,60 @@ pub struct LockRate {
     pub modes: Option<AcquireModes>,
     /// User-space locks: the process and its futex calls; `None` for kernel locks.
     pub user: Option<UserRate>,
+    /// Who held the lock (sleeping kernel locks whose word names the holder), longest
+    /// wait held since start first.
+    pub holders: Vec<HolderRate>,
+    /// Wait time since start whose holder was not known.
+    pub holder_unknown_ns: u64,
+}
+
+/// A lock holder: the wait it caused during the interval (per second) and since start.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HolderRate {
+    /// `comm[pid]/tid`, or `readers`.
+    pub name: String,
+    pub wait_ns_per_s: f64,
+    pub total_wait_ns: u64,
+    pub total_waits: u64,
+}
+
+/// The holders of `cur`, with the wait each caused since `prev`.
+fn holder_rates(prev: Option<&LockEntry>, cur: &LockEntry, secs: f64) -> (Vec<HolderRate>, u64) {
+    let Some(h) = &cur.holders else {
+        return (Vec::new(), 0);
+    };
+    let before = |pid: u32, tid: u32, comm: &str| {
+        prev.and_then(|p| p.holders.as_ref())
+            .and_then(|ph| {
+                ph.owners
+                    .iter()
+                    .find(|o| o.pid == pid && o.tid == tid && (tid != 0 || o.comm == comm))
+            })
+            .map_or(0, |o| o.wait_total_ns)
+    };
+    let rates = h
+        .owners
+        .iter()
+        .map(|o| HolderRate {
+            name: if o.tid == 0 {
+                o.comm.clone()
+            } else {
+                format!("{}[{}]/{}", o.comm, o.pid, o.tid)
+            },
+            wait_ns_per_s: per_second(
+                o.wait_total_ns
+                    .saturating_sub(before(o.pid, o.tid, &o.comm)),
+                secs,
+            ),
+            total_wait_ns: o.wait_total_ns,
+            total_waits: o.contended,
+        })
+        .collect();
+    (
+        rates,
+        h.owner_unknown_wait_ns
+            .saturating_add(h.owners_omitted_wait_ns),
+    )
 }
 
 impl LockRate {
@@ -487,7 +541,10 @@ fn lock_rate(prev: Option<&LockEntry>, cur: &LockEntry, secs: f64) -> LockRate {
             total: u.futex.clone(),
         }
     });
+    let (holders, holder_unknown_ns) = holder_rates(prev, cur, secs);
     LockRate {
+        holders,
+        holder_unknown_ns,
         key: LockKey::of(cur),
         name: cur.name.clone(),
         owner_comm: cur.owner.as_ref().map(|o| o.comm.clone()),

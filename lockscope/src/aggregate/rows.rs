@@ -145,41 +145,45 @@ pub fn rows(rec: &Recording, by: GroupBy) -> Vec<Row> {
             vec![(l.lock_type.to_string(), top, l.stats.clone())]
         }),
         // The "top caller" of an owner row is the lock it held longest against waiters.
-        GroupBy::Owner => group(rec, |l| {
-            let Some(h) = &l.holders else {
-                return Vec::new();
-            };
-            let part = |count, total_ns| WaitStats {
-                count,
-                total_ns,
-                ..WaitStats::default()
-            };
-            let mut out: Vec<_> = h
-                .owners
-                .iter()
-                .map(|o| {
-                    let name = if o.tid == 0 {
-                        o.comm.clone()
-                    } else {
-                        format!("{}[{}]/{}", o.comm, o.pid, o.tid)
-                    };
-                    (name, l.name.clone(), part(o.contended, o.wait_total_ns))
-                })
-                .collect();
-            let known: u64 = h.owners.iter().map(|o| o.contended).sum();
-            let unknown = h
-                .owner_unknown_wait_ns
-                .saturating_add(h.owners_omitted_wait_ns);
-            if unknown > 0 {
-                out.push((
-                    UNKNOWN_HOLDER.to_owned(),
-                    l.name.clone(),
-                    part(l.stats.count.saturating_sub(known), unknown),
-                ));
-            }
-            out
-        }),
+        GroupBy::Owner => group(rec, holder_parts),
     }
+}
+
+/// A lock's holders as (holder, the lock's name, their waits and wait: counts and
+/// totals only), the wait whose holder was not known last.
+pub fn holder_parts(l: &super::LockEntry) -> Vec<(String, String, WaitStats)> {
+    let Some(h) = &l.holders else {
+        return Vec::new();
+    };
+    let part = |count, total_ns| WaitStats {
+        count,
+        total_ns,
+        ..WaitStats::default()
+    };
+    let mut out: Vec<_> = h
+        .owners
+        .iter()
+        .map(|o| {
+            let name = if o.tid == 0 {
+                o.comm.clone()
+            } else {
+                format!("{}[{}]/{}", o.comm, o.pid, o.tid)
+            };
+            (name, l.name.clone(), part(o.contended, o.wait_total_ns))
+        })
+        .collect();
+    let known: u64 = h.owners.iter().map(|o| o.contended).sum();
+    let unknown = h
+        .owner_unknown_wait_ns
+        .saturating_add(h.owners_omitted_wait_ns);
+    if unknown > 0 {
+        out.push((
+            UNKNOWN_HOLDER.to_owned(),
+            l.name.clone(),
+            part(l.stats.count.saturating_sub(known), unknown),
+        ));
+    }
+    out
 }
 
 /// A lock's heaviest caller (empty when it has none).

@@ -37,6 +37,8 @@ pub struct LockDetail {
     pub callers: Vec<(String, u64, u64)>,
     /// rwsem acquisition modes of this side: (event, count or n/a, estimate?).
     pub modes: Vec<(String, Option<u64>, bool)>,
+    /// Who held the lock: (holder, waits, wait), then the wait whose holder was unknown.
+    pub holders: Vec<(String, u64, u64)>,
 }
 
 /// Lock types drawn in one flame graph.
@@ -73,6 +75,10 @@ pub fn model(rec: &Recording) -> HtmlModel {
                     .iter()
                     .take(10)
                     .map(|c| (c.caller.clone(), c.stats.count, c.stats.total_ns))
+                    .collect(),
+                holders: crate::aggregate::rows::holder_parts(l)
+                    .into_iter()
+                    .map(|(who, _, s)| (who, s.count, s.total_ns))
                     .collect(),
                 modes: l
                     .events
@@ -235,7 +241,23 @@ pub fn render_html(rec: &Recording) -> anyhow::Result<String> {
                 fmt_ns(*t)
             );
         }
-        h.push_str("</table></details>\n");
+        h.push_str("</table>");
+        if !d.holders.is_empty() {
+            h.push_str(
+                "<table><tr><th>holder (the lock word's owner when a wait began)</th>\
+                 <th>waits</th><th>wait caused</th></tr>",
+            );
+            for (who, n, t) in &d.holders {
+                let _ = write!(
+                    h,
+                    "<tr><td>{}</td><td class=\"n\">{n}</td><td class=\"n\">{}</td></tr>",
+                    esc(who),
+                    fmt_ns(*t)
+                );
+            }
+            h.push_str("</table>");
+        }
+        h.push_str("</details>\n");
     }
 
     h.push_str("<h2 id=\"flamegraphs\">Contention flame graphs</h2><p class=\"muted\">Kernel stacks weighted by wait time; the lock is the top frame. Click to zoom, Ctrl-F to search.</p>\n");
@@ -620,6 +642,36 @@ mod tests {
         assert!(html.contains("class=\"flame\""));
         assert!(html.contains("150.00 us"));
         assert!(html.contains("prefers-color-scheme: dark"));
+    }
+
+    #[test]
+    fn holders_are_listed_per_lock_with_the_unknown_wait() {
+        use crate::aggregate::model::{HolderEntry, Holders};
+        let mut rec = with_timeline();
+        let l = &mut rec.locks[0];
+        l.holders = Some(Holders {
+            owners: vec![HolderEntry {
+                comm: "holder<long>".into(),
+                pid: 7,
+                tid: 8,
+                contended: 2,
+                wait_total_ns: 1_000,
+            }],
+            owner_unknown_wait_ns: 500,
+            owners_omitted_wait_ns: 0,
+        });
+        let m = model(&rec);
+        let d = m
+            .details
+            .iter()
+            .find(|d| !d.holders.is_empty())
+            .expect("a lock with holders");
+        assert_eq!(d.holders[0], ("holder<long>[7]/8".to_owned(), 2, 1_000));
+        assert_eq!(d.holders[1].0, crate::aggregate::rows::UNKNOWN_HOLDER);
+        assert_eq!(d.holders[1].2, 500);
+        let html = render_html(&rec).unwrap();
+        assert!(html.contains("holder&lt;long&gt;[7]/8"), "escaped");
+        assert!(html.contains("wait caused"));
     }
 
     #[test]

@@ -1032,3 +1032,61 @@ fn cgroups_view_shows_each_cgroups_rate_and_filters() {
         Some("system.slice/web.service")
     );
 }
+
+#[test]
+fn detail_view_shows_who_held_the_lock() {
+    use crate::aggregate::model::{HolderEntry, Holders};
+    let holders = |long_ns: u64| Holders {
+        owners: vec![
+            HolderEntry {
+                comm: "holder-long".into(),
+                pid: 4242,
+                tid: 4244,
+                contended: 3,
+                wait_total_ns: long_ns,
+            },
+            HolderEntry {
+                comm: "readers".into(),
+                pid: 0,
+                tid: 0,
+                contended: 1,
+                wait_total_ns: 1_000,
+            },
+        ],
+        owner_unknown_wait_ns: 5_000,
+        owners_omitted_wait_ns: 0,
+    };
+    let with = |duration: f64, n: u64, long_ns: u64| {
+        let mut l = lock(
+            "0x1000",
+            LockType::RwsemWrite,
+            MMAP,
+            &[(4242, "churn", wait(1_000_000, n))],
+        );
+        l.holders = Some(holders(long_ns));
+        recording(duration, 0, vec![l])
+    };
+    let mut app = App::new(SourceInfo {
+        description: "standalone".into(),
+        interval: Duration::from_secs(1),
+    });
+    app.update(with(1.0, 1, 1_000_000));
+    // 3 ms more held by holder-long in the second interval.
+    app.update(with(2.0, 4, 4_000_000));
+    key(&mut app, KeyCode::Enter);
+    let s = screen(&app, 160, 40);
+    assert!(s.contains("holders (waits they caused)"), "{s}");
+    let row = s
+        .lines()
+        .find(|l| l.contains("holder-long[4242]/4244"))
+        .unwrap_or_else(|| panic!("{s}"));
+    assert!(
+        row.contains("holder-long[4242]/4244    3.00ms   4.00ms"),
+        "{row}"
+    );
+    assert!(s.contains("[holder unknown]"), "{s}");
+    // A lock whose waits found no holder has no holders pane.
+    let mut app = scripted();
+    key(&mut app, KeyCode::Enter);
+    assert!(!screen(&app, 160, 40).contains("holders (waits"));
+}

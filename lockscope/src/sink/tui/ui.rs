@@ -653,8 +653,21 @@ fn draw_detail(frame: &mut Frame, app: &App, l: &LockRate, area: Rect) {
 
     draw_wait_chart(frame, app, l, chart_area);
 
-    let [callers_area, tasks_area] =
-        Layout::horizontal([Constraint::Fill(3), Constraint::Fill(2)]).areas(lists);
+    let (callers_area, tasks_area, holders_area) = if l.holders.is_empty() {
+        let [c, t] = Layout::horizontal([Constraint::Fill(3), Constraint::Fill(2)]).areas(lists);
+        (c, t, None)
+    } else {
+        let [c, t, h] = Layout::horizontal([
+            Constraint::Fill(3),
+            Constraint::Fill(2),
+            Constraint::Fill(2),
+        ])
+        .areas(lists);
+        (c, t, Some(h))
+    };
+    if let Some(area) = holders_area {
+        draw_holders(frame, l, area);
+    }
     match &l.user {
         Some(u) => {
             // User-space locks have no kernel callers: their futex calls instead.
@@ -711,6 +724,41 @@ fn draw_detail(frame: &mut Frame, app: &App, l: &LockRate, area: Rect) {
         .header(Row::new(["process", "cont/s", "wait/s"]).style(HEADER_STYLE))
         .block(Block::bordered().title("top waiting processes")),
         tasks_area,
+    );
+}
+
+/// Who held the lock: the wait each holder caused (per second now, and since start).
+fn draw_holders(frame: &mut Frame, l: &LockRate, area: Rect) {
+    let mut rows: Vec<Row> = l
+        .holders
+        .iter()
+        .map(|h| {
+            Row::new([
+                Cell::from(h.name.clone()),
+                Cell::from(fmt_dur(h.wait_ns_per_s)),
+                Cell::from(fmt_dur(h.total_wait_ns as f64)),
+            ])
+        })
+        .collect();
+    if l.holder_unknown_ns > 0 {
+        rows.push(Row::new([
+            Cell::from(crate::aggregate::rows::UNKNOWN_HOLDER),
+            Cell::from(""),
+            Cell::from(fmt_dur(l.holder_unknown_ns as f64)),
+        ]));
+    }
+    frame.render_widget(
+        Table::new(
+            rows,
+            [
+                Constraint::Min(10),
+                Constraint::Length(8),
+                Constraint::Length(9),
+            ],
+        )
+        .header(Row::new(["holder", "wait/s", "total"]).style(HEADER_STYLE))
+        .block(Block::bordered().title("holders (waits they caused)")),
+        area,
     );
 }
 
