@@ -196,6 +196,12 @@ pub struct ProbeConfig {
     pub off_rwsem_owner: u32,
     pub off_rtmutex_owner: u32,
     pub holder_kinds: u32,
+    /// `task_struct.se.cfs_rq`, `cfs_rq.rq` and `rq.__lock` (`NAME_RQ_LOCK`): the
+    /// current task's runqueue, to learn each CPU's runqueue lock.
+    pub off_task_cfs_rq: u32,
+    pub off_cfs_rq_rq: u32,
+    pub off_rq_lock: u32,
+    pub _pad: u32,
     /// Stack walks are budgeted per CPU: each costs this many ns of credit, which
     /// accrues with time up to `stack_burst_ns` (0: walk the stack of every wait). A wait
     /// that finds too little credit is timed and counted exactly, without a stack
@@ -203,14 +209,16 @@ pub struct ProbeConfig {
     pub stack_cost_ns: u64,
     pub stack_burst_ns: u64,
 }
-assert_size!(ProbeConfig, 104);
+assert_size!(ProbeConfig, 120);
 
 /// `ProbeConfig::name_kinds`: `mm_struct.mmap_lock` (and its `wait_lock`), `sighand.siglock`
 /// and `task_struct.pi_lock` have their offsets.
 pub const NAME_MMAP_LOCK: u32 = 1;
 pub const NAME_SIGLOCK: u32 = 2;
 pub const NAME_PI_LOCK: u32 = 4;
-pub const NAME_ALL: u32 = NAME_MMAP_LOCK | NAME_SIGLOCK | NAME_PI_LOCK;
+/// Per-CPU runqueue locks (`rq.__lock`), learnt from the current task's runqueue.
+pub const NAME_RQ_LOCK: u32 = 8;
+pub const NAME_ALL: u32 = NAME_MMAP_LOCK | NAME_SIGLOCK | NAME_PI_LOCK | NAME_RQ_LOCK;
 
 /// `ProbeConfig::holder_kinds`: the lock kinds whose holder field has its offset.
 pub const HOLDER_MUTEX: u32 = 1;

@@ -37,6 +37,10 @@ pub static CONFIG: Global<ProbeConfig> = Global::new(ProbeConfig {
     off_rwsem_owner: 0,
     off_rtmutex_owner: 0,
     holder_kinds: 0,
+    off_task_cfs_rq: 0,
+    off_cfs_rq_rq: 0,
+    off_rq_lock: 0,
+    _pad: 0,
     stack_cost_ns: 0,
     stack_burst_ns: 0,
 });

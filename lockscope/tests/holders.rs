@@ -122,3 +122,75 @@ fn a_threads_pi_lock_is_named_for_the_thread() {
     assert_ne!(owner["pid"].as_u64(), Some(victim), "{entry}");
     assert_eq!(owner["comm"], "pi-victim", "{entry}");
 }
+
+/// Functions that take a runqueue lock (directly, or through an inlined `rq_lock`).
+const RQ_LOCK_TAKERS: &[&str] = &[
+    "task_rq_lock",
+    "__task_rq_lock",
+    "raw_spin_rq_lock",
+    "_raw_spin_rq_lock",
+    "double_rq_lock",
+    "try_to_wake_up",
+    "ttwu_",
+    "__schedule",
+    "schedule",
+    "sched_",
+    "wake_up_new_task",
+    "migration_cpu_stop",
+    "push_",
+    "pull_",
+    "balance_",
+    "__balance_push",
+    "hrtick",
+    "rq_",
+    "move_queued_task",
+    "__set_cpus_allowed_ptr",
+];
+
+#[test]
+fn runqueue_locks_are_named_for_their_cpu() {
+    let _serial = serial();
+    let dir = scratch("rq-names");
+    let file = dir.join("rec.json");
+    // Setting a thread's affinity takes its runqueue lock (task_rq_lock).
+    run_ok(
+        lockscope()
+            .args(["record", "-a", "--stack-rate", "0", "-o"])
+            .arg(&file)
+            .args(["--", bin(), "workload", "pi-contend", "--seconds", "1"]),
+    );
+    let rec = read_json(&file);
+    let rq: Vec<&serde_json::Value> = rec["locks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|l| l["name"].as_str().unwrap().starts_with("rq_lock cpu "))
+        .collect();
+    assert!(!rq.is_empty(), "no runqueue lock named");
+    let mut seen = std::collections::BTreeSet::new();
+    for l in &rq {
+        let name = l["name"].as_str().unwrap();
+        let cpu: u64 = name["rq_lock cpu ".len()..].parse().unwrap();
+        assert!(
+            cpu < 4096 && seen.insert(cpu),
+            "{name} twice or out of range"
+        );
+        assert_eq!(l["type"], "spinlock", "{l}");
+        // Never wrong: every walked stack of a runqueue lock runs through a function that
+        // takes one.
+        for c in l["callers"].as_array().unwrap() {
+            let stack: Vec<&str> = c["stack"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|f| f.as_str().unwrap())
+                .collect();
+            assert!(
+                stack
+                    .iter()
+                    .any(|f| RQ_LOCK_TAKERS.iter().any(|t| f.starts_with(t))),
+                "{name}: a stack through no runqueue-lock taker: {stack:?}"
+            );
+        }
+    }
+}

@@ -60,6 +60,11 @@ static COMMS: LruHashMap<u32, [u8; 16]> = LruHashMap::with_max_entries(COMMS_MAX
 #[map]
 static STACKS: LruHashMap<u64, StackFrames> = LruHashMap::with_max_entries(STACKS_MAX_ENTRIES, 0);
 
+/// Each CPU's runqueue lock (`&rq->__lock`), learnt once from the task running there:
+/// userspace names a lock at one of these addresses `rq_lock cpu N`.
+#[map]
+static RQ_LOCKS: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
+
 /// Per-CPU stack walk budget (see `ProbeConfig::stack_cost_ns`).
 #[map]
 static STACK_BUDGET: PerCpuArray<StackBudget> = PerCpuArray::with_max_entries(1, 0);
@@ -99,6 +104,7 @@ fn on_begin(ctx: &BtfTracePointContext, lock: u64, flags: u32) {
         crate::probes::rwsem::on_contention_begin(bpf_get_current_pid_tgid() as u32, lock);
     }
     let cfg = CONFIG.load();
+    learn_rq_lock(&cfg);
     if !current_is_target(&cfg) {
         return;
     }
@@ -184,6 +190,33 @@ fn on_begin(ctx: &BtfTracePointContext, lock: u64, flags: u32) {
 
     name_lock(&cfg, lock);
     remember_comm(&cfg);
+}
+
+/// Learn this CPU's runqueue lock, once: the running task's `se.cfs_rq->rq` is this CPU's
+/// runqueue (a running task's runqueue cannot change under it).
+#[inline(always)]
+fn learn_rq_lock(cfg: &ProbeConfig) {
+    if cfg.name_kinds & NAME_RQ_LOCK == 0 {
+        return;
+    }
+    let Some(slot) = RQ_LOCKS.get_ptr_mut(0) else {
+        return;
+    };
+    // SAFETY: a live map value (per-CPU: this CPU's), used before the program returns, not aliased.
+    let slot = unsafe { &mut *slot };
+    if *slot != 0 {
+        return;
+    }
+    // SAFETY: a BPF helper without pointer arguments.
+    let task = unsafe { bpf_get_current_task() };
+    let cfs_rq = read_kernel(task + cfg.off_task_cfs_rq as u64);
+    if cfs_rq == 0 {
+        return;
+    }
+    let rq = read_kernel(cfs_rq + cfg.off_cfs_rq_rq as u64);
+    if rq != 0 {
+        *slot = rq + cfg.off_rq_lock as u64;
+    }
 }
 
 /// The holder of a sleeping lock as its owner word names it (tgid << 32 | tid;

@@ -39,6 +39,8 @@ pub struct RawSnapshot {
     pub holders: Vec<(HolderKey, HolderStats)>,
     /// Thread names of the holders, by tid (read from /proc by the source).
     pub holder_comms: HashMap<u32, String>,
+    /// Each CPU's runqueue lock address, as the probes learnt it: address -> CPU.
+    pub rq_locks: HashMap<u64, u32>,
 }
 
 /// One symbolized stack frame.
@@ -431,9 +433,12 @@ pub fn lock_identity(raw: &RawSnapshot, names: &dyn Names, addr: u64) -> (String
             }),
         ),
         None => (
-            names
-                .static_lock(addr)
-                .unwrap_or_else(|| format!("{addr:#x}")),
+            match raw.rq_locks.get(&addr) {
+                Some(cpu) => format!("rq_lock cpu {cpu}"),
+                None => names
+                    .static_lock(addr)
+                    .unwrap_or_else(|| format!("{addr:#x}")),
+            },
             None,
         ),
     }
@@ -507,6 +512,19 @@ pub(crate) mod tests {
                 })
                 .collect()
         }
+    }
+
+    #[test]
+    fn runqueue_locks_are_named_for_their_cpu() {
+        let raw = RawSnapshot {
+            rq_locks: [(0xffff_8880_0001_0000, 0), (0xffff_8880_0011_0000, 1)].into(),
+            ..Default::default()
+        };
+        let name = |a| lock_identity(&raw, &FakeNames, a).0;
+        assert_eq!(name(0xffff_8880_0011_0000), "rq_lock cpu 1");
+        assert_eq!(name(0xffff_8880_0001_0000), "rq_lock cpu 0");
+        assert_eq!(name(0xffff_ffff_8200_0000), "rtnl_mutex");
+        assert_eq!(name(0xffff_8880_0001_0004), "0xffff888000010004");
     }
 
     #[test]

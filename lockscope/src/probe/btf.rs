@@ -28,6 +28,10 @@ pub struct KernelOffsets {
     /// `HOLDER_*`: the lock kinds whose owner field was found (PREEMPT_RT's mutex and
     /// rw_semaphore wrap an rtmutex: their waits are rtmutex waits).
     pub holder_kinds: u32,
+    /// `task_struct.se.cfs_rq`, `cfs_rq.rq` (CONFIG_FAIR_GROUP_SCHED), `rq.__lock`.
+    pub task_cfs_rq: u32,
+    pub cfs_rq_rq: u32,
+    pub rq_lock: u32,
     /// Why a lock field is not named, one line each.
     pub missing: Vec<String>,
 }
@@ -37,7 +41,8 @@ impl KernelOffsets {
     /// only stays unnamed (its locks show as addresses), said in `missing`.
     pub fn from_btf(btf: &KernelBtf) -> anyhow::Result<Self> {
         use lockscope_common::{
-            HOLDER_MUTEX, HOLDER_RTMUTEX, HOLDER_RWSEM, NAME_MMAP_LOCK, NAME_PI_LOCK, NAME_SIGLOCK,
+            HOLDER_MUTEX, HOLDER_RTMUTEX, HOLDER_RWSEM, NAME_MMAP_LOCK, NAME_PI_LOCK, NAME_RQ_LOCK,
+            NAME_SIGLOCK,
         };
         let mut o = Self {
             task_tgid: btf.member_offset("task_struct", "tgid")?,
@@ -73,6 +78,24 @@ impl KernelOffsets {
             Err(e) => o.missing.push(format!(
                 "pi_lock is not named, and its proxy and deep tier do not run ({e:#})"
             )),
+        }
+        // Runqueue locks: learnt per CPU from the running task's runqueue.
+        let rq = (|| -> anyhow::Result<(u32, u32, u32)> {
+            Ok((
+                btf.member_offset("task_struct", "se")?
+                    + btf.member_offset("sched_entity", "cfs_rq")?,
+                btf.member_offset("cfs_rq", "rq")?,
+                btf.member_offset("rq", "__lock")?,
+            ))
+        })();
+        match rq {
+            Ok((t, c, l)) => {
+                (o.task_cfs_rq, o.cfs_rq_rq, o.rq_lock) = (t, c, l);
+                o.name_kinds |= NAME_RQ_LOCK;
+            }
+            Err(e) => o
+                .missing
+                .push(format!("runqueue locks are not named ({e:#})")),
         }
         // Lock holders: the task's thread id, and each kind's owner word. A kind without
         // its field only leaves its waits' holders unknown.

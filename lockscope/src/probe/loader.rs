@@ -165,6 +165,9 @@ impl Probes {
             off_rwsem_owner: offsets.rwsem_owner,
             off_rtmutex_owner: offsets.rtmutex_owner,
             holder_kinds: offsets.holder_kinds,
+            off_task_cfs_rq: offsets.task_cfs_rq,
+            off_cfs_rq_rq: offsets.cfs_rq_rq,
+            off_rq_lock: offsets.rq_lock,
             stack_cost_ns: stack_budget(opts.stack_walks_per_cpu_s).0,
             stack_burst_ns: stack_budget(opts.stack_walks_per_cpu_s).1,
             ..Default::default()

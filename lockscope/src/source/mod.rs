@@ -171,6 +171,15 @@ pub fn read_snapshot(ebpf: &Ebpf, futex: bool) -> anyhow::Result<RawSnapshot> {
         raw.counters[i as usize] = counters.get(&i, 0)?.iter().sum();
     }
     raw.holders = read_holders(ebpf)?;
+    let rq: PerCpuArray<&MapData, u64> =
+        PerCpuArray::try_from(ebpf.map("RQ_LOCKS").context("RQ_LOCKS map")?)?;
+    raw.rq_locks = rq
+        .get(&0, 0)?
+        .iter()
+        .enumerate()
+        .filter(|&(_, &addr)| addr != 0)
+        .map(|(cpu, &addr)| (addr, cpu as u32))
+        .collect();
     raw.holder_comms = holder_comms(&raw.holders);
     let waiting = batch::hash_entries::<u32, WaitStart>(ebpf, "TASK_WAITS")?.len();
     let cpu_depth: PerCpuArray<&MapData, u32> =
