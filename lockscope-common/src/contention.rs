@@ -265,9 +265,9 @@ pub const STACK_NOT_SAMPLED: u64 = u64::MAX;
 
 /// Stack walks per CPU per second the default budget allows, and its burst. A walk costs
 /// about 3.6 us of kernel time on the test machines (`cargo xtask bench`), so the default
-/// spends at most ~0.2% of each CPU on walks; below 500 contended waits a second per CPU
+/// spends at most ~0.1% of each CPU on walks; below 250 contended waits a second per CPU
 /// every wait's stack is walked.
-pub const STACK_WALKS_PER_CPU_S: u64 = 500;
+pub const STACK_WALKS_PER_CPU_S: u64 = 250;
 pub const STACK_WALK_BURST: u64 = 200;
 
 /// Per-CPU state of the stack budget.

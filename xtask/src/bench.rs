@@ -250,6 +250,9 @@ fn workloads(quick: bool) -> Vec<WorkloadSpec> {
                 secs,
             ],
         ),
+        // A second bystander: system calls that touch no lock. Syscall tracepoints (the
+        // futex probes) make every task on the machine take the slow syscall path.
+        spec(SYSCALL_BYSTANDER, &["syscall-loop", "--seconds", secs]),
     ]
 }
 

@@ -75,6 +75,12 @@ static STACK_BUDGET: PerCpuArray<StackBudget> = PerCpuArray::with_max_entries(1,
 static HOLDER_STATS: LruPerCpuHashMap<HolderKey, HolderStats> =
     LruPerCpuHashMap::with_max_entries(HOLDERS_MAX_ENTRIES, 0);
 
+/// The wait being started, built here rather than on the BPF stack (6.1's verifier
+/// counts the stack of every call chain, and `contention_begin`'s is the deepest). Only
+/// `contention_begin` uses it, and the kernel never runs it nested on one CPU.
+#[map]
+static WAIT_SCRATCH: PerCpuArray<WaitStart> = PerCpuArray::with_max_entries(1, 0);
+
 /// Scratch buffer for reading a stack (too big for the BPF stack).
 #[map]
 static STACK_SCRATCH: PerCpuArray<StackFrames> = PerCpuArray::with_max_entries(1, 0);
@@ -146,15 +152,18 @@ fn on_begin(ctx: &BtfTracePointContext, lock: u64, flags: u32) {
     } else {
         lock_holder(&cfg, lock, flags)
     };
-    let start = WaitStart {
-        ts_ns: now,
-        lock,
-        flags,
-        tgid: (bpf_get_current_pid_tgid() >> 32) as u32,
-        stack,
-        holder_tid: holder as u32,
-        holder_tgid: (holder >> 32) as u32,
+    let Some(start) = WAIT_SCRATCH.get_ptr_mut(0) else {
+        return;
     };
+    // SAFETY: a live map value (per-CPU: this CPU's), used before the program returns, not aliased.
+    let start = unsafe { &mut *start };
+    start.ts_ns = now;
+    start.lock = lock;
+    start.flags = flags;
+    start.tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
+    start.stack = stack;
+    start.holder_tid = holder as u32;
+    start.holder_tgid = (holder >> 32) as u32;
 
     if is_spinning_wait(flags) {
         let Some(depth) = CPU_WAIT_DEPTH.get_ptr_mut(0) else {
@@ -166,7 +175,7 @@ fn on_begin(ctx: &BtfTracePointContext, lock: u64, flags: u32) {
         match CPU_WAIT_SLOTS.get_ptr_mut(*depth) {
             Some(slot) => {
                 // SAFETY: a live map value (per-CPU: this CPU's), used before the program returns, not aliased.
-                unsafe { *slot = start };
+                unsafe { *slot = *start };
                 let index = *depth;
                 *depth += 1;
                 name_lock(&cfg, lock);
@@ -182,7 +191,7 @@ fn on_begin(ctx: &BtfTracePointContext, lock: u64, flags: u32) {
                 return;
             }
         }
-    } else if TASK_WAITS.insert(tid, start, 0).is_err() {
+    } else if TASK_WAITS.insert(tid, &*start, 0).is_err() {
         count(CNT_LOST_TASK_WAIT_FULL);
     } else if !replaces {
         count(CNT_TASK_WAITS_CREATED);
@@ -244,8 +253,16 @@ fn lock_holder(cfg: &ProbeConfig, lock: u64, flags: u32) -> u64 {
     if task == 0 {
         return 0;
     }
-    let tid = read_u32(task + cfg.off_task_pid as u64);
-    let tgid = read_u32(task + cfg.off_task_tgid as u64);
+    // `pid` and `tgid` are adjacent in task_struct: one read for both where they are.
+    let (tid, tgid) = if cfg.off_task_tgid == cfg.off_task_pid + 4 {
+        let both = read_kernel(task + cfg.off_task_pid as u64);
+        (both as u32, (both >> 32) as u32)
+    } else {
+        (
+            read_u32(task + cfg.off_task_pid as u64),
+            read_u32(task + cfg.off_task_tgid as u64),
+        )
+    };
     if tid == 0 {
         return 0;
     }

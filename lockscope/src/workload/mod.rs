@@ -22,6 +22,7 @@ mod pi_contend;
 mod pthread_mutex;
 mod ptrace_storm;
 mod sys;
+mod syscall_loop;
 
 pub use churn::MmapChurnArgs;
 pub use fault::MmapFaultArgs;
@@ -32,6 +33,7 @@ pub use holders::MmapHoldersArgs;
 pub use pi_contend::PiContendArgs;
 pub use pthread_mutex::PthreadMutexArgs;
 pub use ptrace_storm::PtraceStormArgs;
+pub use syscall_loop::SyscallLoopArgs;
 
 /// A built-in workload that generates kernel lock contention.
 #[derive(Debug, clap::Subcommand)]
@@ -163,6 +165,9 @@ pub enum Workload {
     /// the wait. Prints both thread ids and their operation counts.
     #[command(verbatim_doc_comment)]
     MmapHolders(MmapHoldersArgs),
+    /// One thread calling getppid(2) in a loop, touching no lock: a benchmark bystander
+    /// for what every system call pays while a tracer is attached.
+    SyscallLoop(SyscallLoopArgs),
 
     /// Threads re-taking one victim thread's `pi_lock`: the starvation detector's load.
     ///
@@ -189,6 +194,7 @@ pub fn run(w: &Workload) -> anyhow::Result<()> {
         Workload::MmapHandoff(args) => handoff::run(args),
         Workload::PtraceStorm(args) => ptrace_storm::run(args),
         Workload::MmapHolders(args) => holders::run(args),
+        Workload::SyscallLoop(args) => syscall_loop::run(args),
         Workload::PiContend(args) => pi_contend::run(args),
     }
 }

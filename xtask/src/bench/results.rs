@@ -322,6 +322,8 @@ pub const MIN_RUNS: usize = 3;
 
 /// The bench workload of an untraced uncontended pthread loop.
 pub const BYSTANDER: &str = "pthread bystander";
+/// The bench workload of an untraced loop of system calls (no locks).
+pub const SYSCALL_BYSTANDER: &str = "syscall bystander";
 
 fn row<'a>(r: &'a BenchResults, workload: &str, tool: &str) -> Option<&'a OverheadRow> {
     r.overhead
@@ -399,6 +401,16 @@ pub fn judge_targets(r: &BenchResults) -> Vec<TargetCheck> {
             slow.map_or("n/a".into(), |s| format!("{:.1}% of bare", 100.0 - s)),
             slow.map(|s| s <= 2.0),
         ));
+    }
+    // The same for a loop of system calls that touch no lock.
+    for tool in ["record", "serve"] {
+        if let Some(slow) = row(r, SYSCALL_BYSTANDER, tool).and_then(OverheadRow::slowdown_pct) {
+            out.push(check(
+                &format!("`{tool}` beside a loop of system calls: at least 98% of its bare speed"),
+                format!("{:.1}% of bare", 100.0 - slow),
+                Some(slow <= 2.0),
+            ));
+        }
     }
     if let Some(rt) = &r.realtime {
         let bare = rt.bare_max_us.iter().max().copied();
