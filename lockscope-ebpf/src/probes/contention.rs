@@ -191,10 +191,16 @@ fn on_begin(ctx: &BtfTracePointContext, lock: u64, flags: u32) {
                 return;
             }
         }
-    } else if TASK_WAITS.insert(tid, &*start, 0).is_err() {
-        count(CNT_LOST_TASK_WAIT_FULL);
-    } else if !replaces {
-        count(CNT_TASK_WAITS_CREATED);
+    } else {
+        // By reference: the value is read from the scratch map instead of being copied to
+        // the stack (which is what the scratch map avoids).
+        #[allow(clippy::needless_borrows_for_generic_args)]
+        let inserted = TASK_WAITS.insert(tid, &*start, 0);
+        if inserted.is_err() {
+            count(CNT_LOST_TASK_WAIT_FULL);
+        } else if !replaces {
+            count(CNT_TASK_WAITS_CREATED);
+        }
     }
 
     name_lock(&cfg, lock);
