@@ -331,6 +331,25 @@ fn row<'a>(r: &'a BenchResults, workload: &str, tool: &str) -> Option<&'a Overhe
         .find(|o| o.workload == workload && o.tool == tool)
 }
 
+/// The BPF programs of a side-by-side run, one row each.
+fn programs_table(s: &mut String, programs: &[ProgCost]) {
+    let _ = writeln!(
+        s,
+        "| owner | program | runs | run time ms | ns/run |\n|---|---|---:|---:|---:|"
+    );
+    for p in programs {
+        let _ = writeln!(
+            s,
+            "| {} | {} | {} | {:.2} | {} |",
+            p.owner,
+            p.name,
+            p.run_cnt,
+            p.run_time_ns as f64 / 1e6,
+            opt(p.ns_per_run, 0)
+        );
+    }
+}
+
 fn check(target: &str, measured: String, met: Option<bool>) -> TargetCheck {
     TargetCheck {
         target: target.to_string(),
@@ -760,21 +779,7 @@ pub fn render_markdown(r: &BenchResults) -> String {
              `/proc/PID/fdinfo` of its fd.\n",
             c.workload
         );
-        let _ = writeln!(
-            s,
-            "| owner | program | runs | run time ms | ns/run |\n|---|---|---:|---:|---:|"
-        );
-        for p in &c.programs {
-            let _ = writeln!(
-                s,
-                "| {} | {} | {} | {:.2} | {} |",
-                p.owner,
-                p.name,
-                p.run_cnt,
-                p.run_time_ns as f64 / 1e6,
-                opt(p.ns_per_run, 0)
-            );
-        }
+        programs_table(&mut s, &c.programs);
         let _ = writeln!(
             s,
             "\ncontention_begin {} ns and contention_end {} ns per run against a floor of {} \
@@ -806,21 +811,10 @@ pub fn render_markdown(r: &BenchResults) -> String {
                 s,
                 "### Futex probes\n\n`lockscope record` (system-wide) and empty programs on \
                  `syscalls:sys_enter_futex` / `sys_exit_futex` (owner `floor`) while \
-                 `lockscope workload {}` ran.\n\n| owner | program | runs | run time ms | \
-                 ns/run |\n|---|---|---:|---:|---:|",
+                 `lockscope workload {}` ran.\n",
                 f.workload
             );
-            for p in &f.programs {
-                let _ = writeln!(
-                    s,
-                    "| {} | {} | {} | {:.2} | {} |",
-                    p.owner,
-                    p.name,
-                    p.run_cnt,
-                    p.run_time_ns as f64 / 1e6,
-                    opt(p.ns_per_run, 0)
-                );
-            }
+            programs_table(&mut s, &f.programs);
             let _ = writeln!(
                 s,
                 "\nPer futex call: lockscope {} + {} ns, empty {} + {} ns: **{}** (target: at \
