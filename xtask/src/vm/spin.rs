@@ -134,10 +134,18 @@ pub(super) fn check_spin(
                 format!("{step}: exact waits on {name} > 0 (got {waits})"),
             );
         }
+        // On the forced kprobe path a hold ends in a kretprobe, and the kernel drops a
+        // kretprobe hit when its instances run out (or the probe fires while another BPF
+        // program runs on that CPU). Those drops are in the probe's `nmissed`, which
+        // lockscope does not read yet: there, holds must reach 99% of the calls (one CI
+        // run on a host at load 11-19 counted 363,850 holds for 364,883 calls; otherwise
+        // holds exceed calls by a few dozen). Elsewhere every call is a hold.
+        let floor = |c: u64| if kprobe { c - c / 100 } else { c };
         check(
-            !hold_exact || (hold.is_some() && hold >= calls && calls.is_some_and(|c| c > 0)),
+            !hold_exact || calls.is_some_and(|c| c > 0 && hold.is_some_and(|h| h >= floor(c))),
             format!(
-                "{step}: holds of {name} ({hold:?}) >= the workload's pi_lock calls ({calls:?})"
+                "{step}: holds of {name} ({hold:?}) >= {}the workload's pi_lock calls ({calls:?})",
+                if kprobe { "99% of " } else { "" }
             ),
         );
         let eps = rec["starvation_episodes"]
