@@ -7,7 +7,7 @@ use std::{
     time::{Duration, Instant, SystemTime, UNIX_EPOCH},
 };
 
-use lockscope_common::COUNTERS_LEN;
+use lockscope_common::{COUNTERS_LEN, HolderKey, HolderStats};
 
 use crate::{
     aggregate::forget::{ExitTracker, Forgotten, forget_candidates, forgettable},
@@ -219,8 +219,14 @@ impl Session {
     /// made after they exit still names them). Cheap: one batched read of the holder map.
     pub fn name_holders(&self) -> anyhow::Result<()> {
         let holders = crate::source::read_holders(self.probes.ebpf())?;
+        self.learn_holder_names(&holders);
+        Ok(())
+    }
+
+    /// Read from /proc the names of the holders not named yet (each thread once).
+    fn learn_holder_names(&self, holders: &[(HolderKey, HolderStats)]) {
         let mut seen = self.holder_comms.borrow_mut();
-        for (k, _) in &holders {
+        for (k, _) in holders {
             if k.tid == lockscope_common::HOLDER_READERS || seen.contains_key(&k.tid) {
                 continue;
             }
@@ -228,23 +234,19 @@ impl Session {
                 seen.insert(k.tid, c);
             }
         }
-        Ok(())
     }
 
     /// Everything aggregated since the start, as a recording.
     pub fn snapshot(&self) -> anyhow::Result<Recording> {
         let mut raw = read_snapshot(self.probes.ebpf(), self.probes.futex)?;
+        self.learn_holder_names(&raw.holders);
         {
+            // Keep the names of the holders the map still holds (bounded by its size).
             let mut seen = self.holder_comms.borrow_mut();
             let live: std::collections::HashSet<u32> =
                 raw.holders.iter().map(|(k, _)| k.tid).collect();
             seen.retain(|tid, _| live.contains(tid));
-            for (tid, comm) in &raw.holder_comms {
-                seen.insert(*tid, comm.clone());
-            }
-            for (tid, comm) in seen.iter() {
-                raw.holder_comms.entry(*tid).or_insert_with(|| comm.clone());
-            }
+            raw.holder_comms = seen.clone();
         }
         raw.futex.types = self.futex_types.clone();
         self.fill_pthread(&mut raw.futex.pthread);

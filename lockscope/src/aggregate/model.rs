@@ -145,6 +145,17 @@ pub struct HolderEntry {
 /// `HolderEntry::comm` of reader-owned rwsem waits.
 pub const READERS: &str = "readers";
 
+impl HolderEntry {
+    /// `comm[pid]/tid`, or `readers`.
+    pub fn label(&self) -> String {
+        if self.tid == 0 {
+            self.comm.clone()
+        } else {
+            format!("{}[{}]/{}", self.comm, self.pid, self.tid)
+        }
+    }
+}
+
 /// The process whose structure holds the lock (for `mmap_lock`, `siglock`, `pi_lock`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Owner {

@@ -273,11 +273,7 @@ fn holder_rates(prev: Option<&LockEntry>, cur: &LockEntry, secs: f64) -> (Vec<Ho
         .owners
         .iter()
         .map(|o| HolderRate {
-            name: if o.tid == 0 {
-                o.comm.clone()
-            } else {
-                format!("{}[{}]/{}", o.comm, o.pid, o.tid)
-            },
+            name: o.label(),
             wait_ns_per_s: per_second(
                 o.wait_total_ns
                     .saturating_sub(before(o.pid, o.tid, &o.comm)),

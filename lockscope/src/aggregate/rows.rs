@@ -164,12 +164,11 @@ pub fn holder_parts(l: &super::LockEntry) -> Vec<(String, String, WaitStats)> {
         .owners
         .iter()
         .map(|o| {
-            let name = if o.tid == 0 {
-                o.comm.clone()
-            } else {
-                format!("{}[{}]/{}", o.comm, o.pid, o.tid)
-            };
-            (name, l.name.clone(), part(o.contended, o.wait_total_ns))
+            (
+                o.label(),
+                l.name.clone(),
+                part(o.contended, o.wait_total_ns),
+            )
         })
         .collect();
     let known: u64 = h.owners.iter().map(|o| o.contended).sum();

@@ -81,7 +81,7 @@ pub fn read_futex(ebpf: &Ebpf, comms: &mut HashMap<u32, String>) -> anyhow::Resu
     Ok(snap)
 }
 
-fn proc_comm(path: &str) -> Option<String> {
+pub(super) fn proc_comm(path: &str) -> Option<String> {
     std::fs::read_to_string(path)
         .ok()
         .map(|s| s.trim_end().to_owned())

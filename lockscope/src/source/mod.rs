@@ -120,24 +120,7 @@ pub fn read_holders(ebpf: &Ebpf) -> anyhow::Result<Vec<(HolderKey, HolderStats)>
 
 /// A live thread's name (`/proc/PID/task/TID/comm`).
 pub fn thread_comm(tgid: u32, tid: u32) -> Option<String> {
-    std::fs::read_to_string(format!("/proc/{tgid}/task/{tid}/comm"))
-        .ok()
-        .map(|c| c.trim_end().to_owned())
-}
-
-/// The thread names of the holders still alive (`/proc/PID/task/TID/comm`); the others
-/// are named after their process where the probes saw it.
-fn holder_comms(holders: &[(HolderKey, HolderStats)]) -> HashMap<u32, String> {
-    let mut out = HashMap::new();
-    for (k, _) in holders {
-        if k.tid == lockscope_common::HOLDER_READERS || out.contains_key(&k.tid) {
-            continue;
-        }
-        if let Some(c) = thread_comm(k.tgid, k.tid) {
-            out.insert(k.tid, c);
-        }
-    }
-    out
+    futex::proc_comm(&format!("/proc/{tgid}/task/{tid}/comm"))
 }
 
 /// Everything the probes aggregated so far (stacks are read apart: [`read_stacks`]). `futex`: the futex probes are attached.
@@ -180,7 +163,6 @@ pub fn read_snapshot(ebpf: &Ebpf, futex: bool) -> anyhow::Result<RawSnapshot> {
         .filter(|&(_, &addr)| addr != 0)
         .map(|(cpu, &addr)| (addr, cpu as u32))
         .collect();
-    raw.holder_comms = holder_comms(&raw.holders);
     let waiting = batch::hash_entries::<u32, WaitStart>(ebpf, "TASK_WAITS")?.len();
     let cpu_depth: PerCpuArray<&MapData, u32> =
         PerCpuArray::try_from(ebpf.map("CPU_WAIT_DEPTH").context("CPU_WAIT_DEPTH map")?)?;
