@@ -535,9 +535,10 @@ fn on_end(lock: u64, ret: i32) {
     if let Some(w) = unsafe { TASK_WAITS.get(tid) } {
         let w = *w;
         if w.lock == lock {
-            if TASK_WAITS.remove(tid).is_ok() {
-                count(CNT_TASK_WAITS_ENDED);
-            }
+            // Ended, even if another CPU's insert evicted the entry since the lookup:
+            // it is timed here, so it must not count as evicted.
+            let _ = TASK_WAITS.remove(tid);
+            count(CNT_TASK_WAITS_ENDED);
             account(&w, now, ret);
             return;
         }
