@@ -326,7 +326,7 @@ pub const FCNT_UNPAIRED_EXIT: u32 = 2;
 pub const FCNT_UNPAIRED_ENTER: u32 = 3;
 /// The aggregation map was full: a whole call was not aggregated.
 pub const FCNT_LOST_STATS_FULL: u32 = 4;
-/// The per-thread call map was full: a call was not timed or counted.
+/// The kernel could not allocate a thread's call storage: a call was not timed or counted.
 pub const FCNT_LOST_CALL_FULL: u32 = 5;
 /// Restarts seen (re-executed or `restart_syscall`).
 pub const FCNT_RESTART: u32 = 6;
@@ -336,8 +336,9 @@ pub const FCNT_RESTART_ABANDONED: u32 = 7;
 /// Keys created in `FUTEX_STATS` (an LRU map: created minus live entries is what it
 /// evicted).
 pub const FCNT_STATS_CREATED: u32 = 8;
-/// Calls put in `FUTEX_CALLS` (new entries; each final exit takes one out: `FCNT_EXIT`):
-/// created minus exits minus the entries live is what the LRU map evicted in flight.
+/// Calls begun in a thread's `FUTEX_CALLS` storage with none in progress (each final exit
+/// ends one: `FCNT_EXIT`): created minus exits minus the calls in flight is what threads
+/// took with them when they died inside a call.
 pub const FCNT_CALLS_CREATED: u32 = 9;
 pub const FUTEX_COUNTERS_LEN: u32 = 10;
 
@@ -373,7 +374,6 @@ pub const fn futex_stats_entries(cpus: u32) -> u32 {
         n as u32
     }
 }
-pub const FUTEX_CALLS_MAX_ENTRIES: u32 = 32768;
 
 #[cfg(feature = "user")]
 mod pod {

@@ -120,3 +120,69 @@ pub fn current_is_target(cfg: &ProbeConfig) -> bool {
         _ => true,
     }
 }
+
+/// A task local storage map (`BPF_MAP_TYPE_TASK_STORAGE`, Linux 5.11+), defined in BTF as
+/// the kernel requires (aya-ebpf has no wrapper for it): one value per task, found from
+/// the task itself (no hash, no lock) and freed with the task.
+#[repr(C)]
+pub struct TaskStorage<T> {
+    r#type: *const [i32; aya_ebpf::bindings::bpf_map_type::BPF_MAP_TYPE_TASK_STORAGE as usize],
+    key: *const i32,
+    value: *const T,
+    max_entries: *const [i32; 0],
+    map_flags: *const [i32; aya_ebpf::bindings::BPF_F_NO_PREALLOC as usize],
+}
+
+// SAFETY: the fields are placeholders the loader reads from BTF; they are never
+// dereferenced, so sharing the static between programs shares nothing.
+unsafe impl<T> Sync for TaskStorage<T> {}
+
+impl<T> TaskStorage<T> {
+    pub const fn new() -> Self {
+        Self {
+            r#type: core::ptr::null(),
+            key: core::ptr::null(),
+            value: core::ptr::null(),
+            max_entries: core::ptr::null(),
+            map_flags: core::ptr::null(),
+        }
+    }
+
+    /// The current task's value; with `create`, a zeroed one is made if it has none
+    /// (`None` then means the kernel could not allocate it).
+    #[inline(always)]
+    pub fn current(&self, create: bool) -> Option<*mut T> {
+        let flags = if create {
+            aya_ebpf::bindings::BPF_LOCAL_STORAGE_GET_F_CREATE as u64
+        } else {
+            0
+        };
+        // SAFETY: the helper takes this map and the current task (a BTF pointer from
+        // bpf_get_current_task_btf, never null); a null value pointer asks for zeroes.
+        let p = unsafe {
+            aya_ebpf::helpers::bpf_task_storage_get(
+                core::ptr::from_ref(self).cast_mut().cast(),
+                aya_ebpf::helpers::bpf_get_current_task_btf(),
+                core::ptr::null_mut(),
+                flags,
+            )
+        };
+        (!p.is_null()).then_some(p.cast())
+    }
+
+    /// Task `task`'s value, if it has one. `task` must be a BTF task pointer the verifier
+    /// knows (e.g. a task iterator's).
+    #[inline(always)]
+    pub fn of_task(&self, task: *mut aya_ebpf::bindings::task_struct) -> Option<*mut T> {
+        // SAFETY: the helper checks the map and takes a verifier-typed task pointer.
+        let p = unsafe {
+            aya_ebpf::helpers::bpf_task_storage_get(
+                core::ptr::from_ref(self).cast_mut().cast(),
+                task,
+                core::ptr::null_mut(),
+                0,
+            )
+        };
+        (!p.is_null()).then_some(p.cast())
+    }
+}

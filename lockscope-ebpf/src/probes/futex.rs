@@ -2,8 +2,8 @@
 //! `sys_exit_futex`, and the futex2 syscalls `futex_wait`, `futex_wake`, `futex_waitv`,
 //! `futex_requeue`), plus `restart_syscall`, which continues an interrupted timed wait.
 //!
-//! A call is kept per thread (`FUTEX_CALLS`, by tid) from its entry to its final exit and
-//! then aggregated per (process, futex word) in `FUTEX_STATS`: calls by command, wait time
+//! A call is kept in its thread's task storage (`FUTEX_CALLS`) from its entry to its
+//! final exit and then aggregated per (process, futex word) in `FUTEX_STATS`: calls by command, wait time
 //! of blocking calls (log2 histogram), EAGAIN, timeouts, interruptions, tasks woken and
 //! requeued, and for PI futexes the owner TID found in the futex word at entry.
 //!
@@ -12,9 +12,10 @@
 //! `-ERESTART_RESTARTBLOCK` is resumed by `restart_syscall`. If the thread makes another
 //! futex call instead, the old one was interrupted (counted so).
 //!
-//! The hot path is one target check, one timestamp and one hash update at entry, and one
-//! lookup, delete and per-CPU aggregate update at exit. Tasks we do not trace cost a
-//! target check at entry and one failed lookup at exit.
+//! The hot path is one target check, one timestamp and one task-storage lookup at entry,
+//! and one task-storage lookup and one per-CPU aggregate update at exit: no hash and no
+//! lock on the way (a thread's storage is found from the thread). Tasks we do not trace
+//! cost a target check at entry and one empty task-storage lookup at exit.
 
 use aya_ebpf::{
     EbpfContext as _,
@@ -22,13 +23,13 @@ use aya_ebpf::{
     helpers::{
         bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_user,
     },
-    macros::{map, tracepoint},
+    macros::{btf_map, map, tracepoint},
     maps::{Array, LruHashMap, LruPerCpuHashMap, PerCpuArray},
     programs::TracePointContext,
 };
 use lockscope_common::*;
 
-use crate::maps::{CONFIG, current_is_target, current_process_comm};
+use crate::maps::{CONFIG, TaskStorage, current_is_target, current_process_comm};
 
 /// Finished calls, aggregated per (tgid, uaddr). Preallocated: a per-CPU hash without
 /// preallocation refuses inserts in bursts (its per-CPU allocation cache refills
@@ -39,11 +40,22 @@ use crate::maps::{CONFIG, current_is_target, current_process_comm};
 static FUTEX_STATS: LruPerCpuHashMap<FutexKey, FutexStats> =
     LruPerCpuHashMap::with_max_entries(FUTEX_STATS_MAX_ENTRIES, 0);
 
-/// Calls in progress, by thread id. LRU: a call whose exit never comes (the thread was
-/// killed in it) does not hold its slot forever.
-#[map]
-static FUTEX_CALLS: LruHashMap<u32, FutexCall> =
-    LruHashMap::with_max_entries(FUTEX_CALLS_MAX_ENTRIES, 0);
+/// The call in progress of each thread (`ts_ns == 0`: none), in the thread's own storage:
+/// freed with the thread, so a call whose exit never comes (the thread died in it) holds
+/// nothing. Userspace counts the calls in flight with [`futex_task_iter`].
+#[btf_map]
+static FUTEX_CALLS: TaskStorage<FutexCall> = TaskStorage::new();
+
+/// The call in progress of the current thread, if any.
+#[inline(always)]
+fn current_call() -> Option<&'static mut FutexCall> {
+    // SAFETY: the current task's own storage, used before the program returns; only
+    // this thread's programs (one at a time: syscall tracepoints do not nest) write it.
+    FUTEX_CALLS
+        .current(false)
+        .map(|c| unsafe { &mut *c })
+        .filter(|c| c.ts_ns != 0)
+}
 
 /// Calls seen and everything that could not be stored (`FCNT_*` slots).
 #[map]
@@ -170,15 +182,12 @@ pub fn futex_exit(ctx: TracePointContext) -> u32 {
 /// `restart_syscall` continues a timed futex wait that a signal interrupted.
 #[tracepoint(category = "syscalls", name = "sys_enter_restart_syscall")]
 pub fn futex_restart_enter(_ctx: TracePointContext) -> u32 {
-    let tid = bpf_get_current_pid_tgid() as u32;
-    if let Some(c) = FUTEX_CALLS.get_ptr_mut(tid) {
-        // SAFETY: a live map value (per-CPU: this CPU's), used before the program returns, not aliased.
-        let c = unsafe { &mut *c };
-        if c.state == FUTEX_CALL_RESTART_BLOCK {
-            c.state = FUTEX_CALL_ACTIVE;
-            c.restarts += 1;
-            fcount(FCNT_RESTART);
-        }
+    if let Some(c) = current_call()
+        && c.state == FUTEX_CALL_RESTART_BLOCK
+    {
+        c.state = FUTEX_CALL_ACTIVE;
+        c.restarts += 1;
+        fcount(FCNT_RESTART);
     }
     0
 }
@@ -224,14 +233,28 @@ fn on_enter(uaddr: u64, cmd: u32, op: u32, waiters: u64, nr: u32, shared: bool) 
     }
     fcount(FCNT_ENTER);
     let pid_tgid = bpf_get_current_pid_tgid();
-    let tid = pid_tgid as u32;
-    // SAFETY: a BPF helper without pointer arguments.
-    let now = unsafe { bpf_ktime_get_ns() };
+    let class = futex_class(cmd);
+    // Only a call that can wait (or whose PI owner is ordered by time) is timed; the
+    // others keep a non-zero marker: a clock read saved on every wake.
+    let timed = class == FUTEX_CLASS_WAIT
+        || class == FUTEX_CLASS_LOCK_PI
+        || class == FUTEX_CLASS_TRYLOCK_PI;
 
-    let replaces = FUTEX_CALLS.get_ptr_mut(tid);
-    if let Some(prev) = replaces {
-        // SAFETY: a live map value (per-CPU: this CPU's), used before the program returns, not aliased.
-        let prev = unsafe { &mut *prev };
+    let Some(slot) = FUTEX_CALLS.current(true) else {
+        fcount(FCNT_LOST_CALL_FULL);
+        return;
+    };
+    // SAFETY: the current task's own storage (see `current_call`).
+    let slot = unsafe { &mut *slot };
+    let replaces = slot.ts_ns != 0;
+    let now = if timed || replaces {
+        // SAFETY: a BPF helper without pointer arguments.
+        unsafe { bpf_ktime_get_ns() }
+    } else {
+        UNTIMED_TS
+    };
+    if replaces {
+        let prev = &mut *slot;
         match futex_enter_action(Some(prev), cmd, uaddr, op) {
             FUTEX_ENTER_RESUME => {
                 prev.state = FUTEX_CALL_ACTIVE;
@@ -254,7 +277,6 @@ fn on_enter(uaddr: u64, cmd: u32, op: u32, waiters: u64, nr: u32, shared: bool) 
 
     let mut flags = if shared { FUTEX_CALL_SHARED } else { 0 };
     let mut pi_word = 0u32;
-    let class = futex_class(cmd);
     if class == FUTEX_CLASS_LOCK_PI || class == FUTEX_CLASS_TRYLOCK_PI {
         // SAFETY: a checked read: a bad address gives an error, never a fault.
         match unsafe { bpf_probe_read_user(uaddr as *const u32) } {
@@ -265,7 +287,7 @@ fn on_enter(uaddr: u64, cmd: u32, op: u32, waiters: u64, nr: u32, shared: bool) 
             Err(_) => flags |= FUTEX_CALL_PI_UNREADABLE,
         }
     }
-    let call = FutexCall {
+    *slot = FutexCall {
         ts_ns: now,
         uaddr,
         waiters,
@@ -278,9 +300,7 @@ fn on_enter(uaddr: u64, cmd: u32, op: u32, waiters: u64, nr: u32, shared: bool) 
         pi_word,
         restarts: 0,
     };
-    if FUTEX_CALLS.insert(tid, call, 0).is_err() {
-        fcount(FCNT_LOST_CALL_FULL);
-    } else if replaces.is_none() {
+    if !replaces {
         fcount(FCNT_CALLS_CREATED);
     }
 }
@@ -290,8 +310,7 @@ fn on_exit(ret: i64, from_restart_syscall: bool) {
     if !gate_open() {
         return;
     }
-    let tid = bpf_get_current_pid_tgid() as u32;
-    let Some(c) = FUTEX_CALLS.get_ptr_mut(tid) else {
+    let Some(c) = current_call() else {
         if !from_restart_syscall {
             let cfg = CONFIG.load();
             if current_is_target(&cfg) {
@@ -300,8 +319,6 @@ fn on_exit(ret: i64, from_restart_syscall: bool) {
         }
         return;
     };
-    // SAFETY: a live map value (per-CPU: this CPU's), used before the program returns, not aliased.
-    let c = unsafe { &mut *c };
     match futex_exit_action(c.state, ret) {
         FUTEX_EXIT_RESTART_SAME => {
             c.state = FUTEX_CALL_RESTART_SAME;
@@ -322,18 +339,25 @@ fn on_exit(ret: i64, from_restart_syscall: bool) {
         _ => {}
     }
     let call = *c;
-    let _ = FUTEX_CALLS.remove(tid);
+    c.ts_ns = 0;
     fcount(FCNT_EXIT);
-    // SAFETY: a BPF helper without pointer arguments.
-    let now = unsafe { bpf_ktime_get_ns() };
+    let class = futex_class(call.cmd);
+    let outcome = futex_outcome(class, ret);
+    let now = match outcome {
+        FUTEX_OUTCOME_WAITED | FUTEX_OUTCOME_TIMEOUT | FUTEX_OUTCOME_INTERRUPTED => {
+            // SAFETY: a BPF helper without pointer arguments.
+            unsafe { bpf_ktime_get_ns() }
+        }
+        // Not timed: a call that did not wait (the clock read saved).
+        _ => call.ts_ns,
+    };
     account(&call, ret, now, false);
     // A wait (the only futex call a pthread lock makes): send it to be unwound, so the
     // word can be named after its lock object and call site.
-    let class = futex_class(call.cmd);
     if class != FUTEX_CLASS_WAIT && class != FUTEX_CLASS_LOCK_PI {
         return;
     }
-    let waited = match futex_outcome(class, ret) {
+    let waited = match outcome {
         FUTEX_OUTCOME_WAITED => PTHREAD_WAITED,
         FUTEX_OUTCOME_TIMEOUT | FUTEX_OUTCOME_INTERRUPTED => PTHREAD_WAIT_FAILED,
         _ => PTHREAD_NO_WAIT,
@@ -341,6 +365,10 @@ fn on_exit(ret: i64, from_restart_syscall: bool) {
     let wait_ns = now.saturating_sub(call.ts_ns);
     crate::probes::pthread::send_wait(call.tgid, call.uaddr, wait_ns, waited);
 }
+
+/// `FutexCall::ts_ns` of a call that is not timed (it cannot wait): non-zero, as 0 marks
+/// a thread with no call in progress.
+const UNTIMED_TS: u64 = 1;
 
 /// Fold one finished call into its (tgid, uaddr) entry. `unpaired`: the call's exit
 /// never came; only that is counted. Out of line: called from entry and exit.
@@ -438,4 +466,36 @@ fn account(call: &FutexCall, ret: i64, now: u64, unpaired: bool) {
         FUTEX_OUTCOME_REQUEUED => s.requeued += ret as u64,
         _ => {}
     }
+}
+
+/// Calls in flight: one `FutexCall` record per thread inside a futex call, written to
+/// the iterator's file (`iter/task`), which userspace reads at each snapshot.
+#[unsafe(no_mangle)]
+#[unsafe(link_section = "iter/task")]
+pub fn futex_task_iter(ctx: *mut core::ffi::c_void) -> i32 {
+    // struct bpf_iter__task { struct bpf_iter_meta *meta; struct task_struct *task; }
+    // SAFETY: an iter/task program's context is a `bpf_iter__task`.
+    let (meta, task) = unsafe { (*(ctx as *const u64), *(ctx as *const u64).add(1)) };
+    if task == 0 || meta == 0 {
+        return 0;
+    }
+    let Some(c) = FUTEX_CALLS.of_task(task as *mut aya_ebpf::bindings::task_struct) else {
+        return 0;
+    };
+    // SAFETY: the task's storage, read before the program returns.
+    let call = unsafe { *c };
+    if call.ts_ns != 0 {
+        // struct bpf_iter_meta { struct seq_file *seq; ... }
+        // SAFETY: `meta` is the iterator's (verifier-typed) meta pointer; `seq` is its first field.
+        let seq = unsafe { *(meta as *const u64) };
+        // SAFETY: the helper writes `size_of::<FutexCall>()` bytes from a stack copy.
+        unsafe {
+            aya_ebpf::helpers::bpf_seq_write(
+                seq as *mut aya_ebpf::bindings::seq_file,
+                core::ptr::from_ref(&call).cast(),
+                size_of::<FutexCall>() as u32,
+            )
+        };
+    }
+    0
 }

@@ -52,6 +52,27 @@ fn pcount(slot: u32) {
     }
 }
 
+/// The user instruction pointer (the syscall site) alone.
+#[inline(always)]
+fn user_ip() -> Option<u64> {
+    // SAFETY: helpers on the current task; the result is a kernel address read with
+    // bpf_probe_read_kernel below, never dereferenced directly.
+    let regs = unsafe { bpf_task_pt_regs(bpf_get_current_task_btf()) } as u64;
+    if regs == 0 {
+        return None;
+    }
+    #[cfg(bpf_target_arch = "x86_64")]
+    {
+        let off = core::mem::offset_of!(aya_ebpf::bindings::pt_regs, rip) as u64;
+        // SAFETY: a read of one word of a kernel pt_regs through the probe-read helper.
+        unsafe { aya_ebpf::helpers::bpf_probe_read_kernel((regs + off) as *const u64) }.ok()
+    }
+    #[cfg(not(bpf_target_arch = "x86_64"))]
+    {
+        None
+    }
+}
+
 /// The user registers unwinding starts from: (ip, sp, bp).
 #[inline(always)]
 fn user_regs() -> Option<(u64, u64, u64)> {
@@ -85,13 +106,15 @@ pub fn send_wait(tgid: u32, uaddr: u64, wait_ns: u64, waited: u32) {
     if PTHREAD_CONFIG.load().enabled == 0 {
         return;
     }
-    let (ip, sp, bp) = user_regs().unwrap_or((0, 0, 0));
+    // The syscall site first (one word): most waits at a known non-lock site stop here.
+    let ip = user_ip().unwrap_or(0);
     let skip = PthreadSkipKey { ip, tgid, _pad: 0 };
     // SAFETY: a map lookup; the value is not used.
     if unsafe { PTHREAD_SKIP.get(skip) }.is_some() {
         pcount(PCNT_SKIPPED);
         return;
     }
+    let (ip, sp, bp) = user_regs().unwrap_or((ip, 0, 0));
     let Some(mut entry) = PTHREAD_EVENTS.reserve::<PthreadWaitEvent>(0) else {
         pcount(PCNT_LOST_RING_FULL);
         return;

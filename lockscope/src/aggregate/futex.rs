@@ -243,7 +243,7 @@ pub fn futex_lost(s: &FutexSnapshot) -> BTreeMap<String, u64> {
             )
         })
         .collect();
-    // Calls evicted from FUTEX_CALLS before their exit: neither timed nor counted.
+    // Calls whose thread died inside them (killed in a wait): neither timed nor counted.
     let live: u64 = super::stats::saturating_sum(s.in_progress.values().copied());
     lost.insert(
         "futex_calls_evicted".to_owned(),

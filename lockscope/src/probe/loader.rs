@@ -7,7 +7,9 @@ use anyhow::{Context as _, anyhow, bail};
 use aya::{
     Btf, Ebpf, EbpfLoader,
     maps::HashMap as BpfHashMap,
-    programs::{BtfTracePoint, Link as _, TracePoint, links::FdLink, trace_point::TracePointLink},
+    programs::{
+        BtfTracePoint, Iter, Link as _, TracePoint, links::FdLink, trace_point::TracePointLink,
+    },
 };
 use lockscope_common::{
     FILTER_ALL, FILTER_CGROUP, FILTER_TGIDS, NAME_MMAP_LOCK, NAME_PI_LOCK, ProbeConfig,
@@ -118,6 +120,8 @@ pub const FUTEX_PROGRAMS: [(&str, &str); 11] = [
     ("futex_exit", "sys_exit_futex_requeue"),
     ("futex_restart_enter", "sys_enter_restart_syscall"),
 ];
+/// Counts the futex calls in flight (each thread's `FUTEX_CALLS` storage) at a snapshot.
+pub const FUTEX_TASK_ITER: &str = "futex_task_iter";
 /// Attached after the others, so that no restart is continued before its exit probe runs.
 pub const FUTEX_RESTART_EXIT: (&str, &str) = ("futex_restart_exit", "sys_exit_restart_syscall");
 
@@ -218,6 +222,9 @@ impl Probes {
         let btf = Btf::from_sys_fs().context("reading kernel BTF")?;
         let cpus = aya::util::nr_cpus().map(|n| n as u32).unwrap_or(1);
         let mut loader = EbpfLoader::new();
+        // The futex calls in flight live in task storage, which aya loads but has no
+        // userspace type for (read through the task iterator instead).
+        loader.allow_unsupported_maps();
         let test_sizes = test_map_sizes()?;
         for (map, n) in &test_sizes {
             loader.map_max_entries(map, *n);
@@ -296,7 +303,7 @@ impl Probes {
                 _ => Vec::new(),
             };
             probes.pthread = PthreadProbes::start(&mut probes.ebpf, &pids);
-            probes.attach_futex()?;
+            probes.attach_futex(&btf)?;
             if !probes.futex {
                 probes.pthread.detach();
                 probes.pthread = PthreadProbes::default();
@@ -404,7 +411,7 @@ impl Probes {
     /// futex(2) pair the group is skipped with a note (kernel locks are still recorded);
     /// the futex2 syscalls and restart_syscall are optional (missing ones are listed in
     /// `futex_missing`).
-    fn attach_futex(&mut self) -> anyhow::Result<()> {
+    fn attach_futex(&mut self, btf: &Btf) -> anyhow::Result<()> {
         let tracefs = features::tracefs_path();
         if let Some(tp) = ["sys_enter_futex", "sys_exit_futex"]
             .into_iter()
@@ -414,6 +421,21 @@ impl Probes {
                 "user-space locks (futexes) are not traced: this kernel has no \
                  syscalls:{tp} tracepoint (needs CONFIG_FTRACE_SYSCALLS); kernel locks are \
                  recorded"
+            ));
+            return Ok(());
+        }
+        // The calls in flight are in the threads' storage, counted by a task iterator at
+        // each snapshot: loaded first, so that a kernel refusing it leaves nothing attached.
+        let it: &mut Iter = self
+            .ebpf
+            .program_mut(FUTEX_TASK_ITER)
+            .ok_or_else(|| anyhow!("program {FUTEX_TASK_ITER} missing from the eBPF object"))?
+            .try_into()?;
+        if let Err(e) = it.load("task", btf) {
+            self.notes.push(format!(
+                "user-space locks (futexes) are not traced: the kernel refused the futex \
+                 probes' task iterator ({}); kernel locks are recorded",
+                error_chain(&e)
             ));
             return Ok(());
         }
@@ -551,6 +573,7 @@ pub fn probe_rwsem_hooks() -> anyhow::Result<DeepTier> {
     let rwsem_config = rwsem::rwsem_config(&kbtf);
     let btf = Btf::from_sys_fs().context("reading kernel BTF")?;
     let mut ebpf = EbpfLoader::new()
+        .allow_unsupported_maps()
         .btf(Some(&btf))
         .override_global("RWSEM_CONFIG", &rwsem_config.unwrap_or_default(), true)
         .load(PROBES_OBJ)
@@ -565,6 +588,7 @@ pub fn probe_rwsem_hooks() -> anyhow::Result<DeepTier> {
 pub fn probe_spin_hooks() -> anyhow::Result<SpinTier> {
     let btf = Btf::from_sys_fs().context("reading kernel BTF")?;
     let mut ebpf = EbpfLoader::new()
+        .allow_unsupported_maps()
         .btf(Some(&btf))
         .load(PROBES_OBJ)
         .context("loading the eBPF probes into the kernel")?;
@@ -587,6 +611,7 @@ pub enum HookKind {
 pub fn try_load(prog: &str, kind: HookKind, target: &str) -> Result<(), String> {
     let btf = Btf::from_sys_fs().map_err(|e| format!("no kernel BTF: {e}"))?;
     let mut ebpf = EbpfLoader::new()
+        .allow_unsupported_maps()
         .btf(Some(&btf))
         .load(PROBES_OBJ)
         .map_err(|e| format!("{e}"))?;

@@ -51,7 +51,7 @@ pub fn read_futex(ebpf: &Ebpf, comms: &mut HashMap<u32, String>) -> anyhow::Resu
     snap.stats = batch::percpu_entries::<FutexKey, FutexStats, _>(ebpf, "FUTEX_STATS", |cpus| {
         FutexTotals::merge_cpus(cpus.collect::<Vec<_>>().iter())
     })?;
-    for (_, call) in batch::hash_entries::<u32, FutexCall>(ebpf, "FUTEX_CALLS")? {
+    for call in calls_in_flight(ebpf)? {
         *snap.in_progress.entry((call.tgid, call.uaddr)).or_default() += 1;
     }
     for (id, comm) in batch::hash_entries::<u32, [u8; 16]>(ebpf, "FUTEX_COMMS")? {
@@ -85,4 +85,50 @@ pub(super) fn proc_comm(path: &str) -> Option<String> {
     std::fs::read_to_string(path)
         .ok()
         .map(|s| s.trim_end().to_owned())
+}
+
+/// The futex calls in flight now, one per thread inside one (the task iterator
+/// `futex_task_iter` walks the threads' storage).
+pub fn calls_in_flight(ebpf: &Ebpf) -> anyhow::Result<Vec<FutexCall>> {
+    let bytes = super::iter::read_task_iter(ebpf, crate::probe::loader::FUTEX_TASK_ITER)?;
+    Ok(decode_calls(&bytes))
+}
+
+/// `FutexCall` records back to back, as the iterator writes them (a partial tail is
+/// ignored: the kernel writes whole records).
+fn decode_calls(bytes: &[u8]) -> Vec<FutexCall> {
+    bytes
+        .chunks_exact(size_of::<FutexCall>())
+        // SAFETY: a chunk of exactly one `FutexCall` (plain integers: any bytes are valid).
+        .map(|c| unsafe { std::ptr::read_unaligned(c.as_ptr().cast::<FutexCall>()) })
+        .collect()
+}
+
+#[cfg(test)]
+mod iter_tests {
+    use super::*;
+
+    #[test]
+    fn in_flight_records_decode() {
+        let call = FutexCall {
+            ts_ns: 5,
+            uaddr: 0x1000,
+            tgid: 7,
+            ..Default::default()
+        };
+        let mut bytes = Vec::new();
+        for _ in 0..2 {
+            // SAFETY: viewing a plain repr(C) value as its bytes.
+            bytes.extend_from_slice(unsafe {
+                std::slice::from_raw_parts(
+                    std::ptr::from_ref(&call).cast::<u8>(),
+                    size_of::<FutexCall>(),
+                )
+            });
+        }
+        bytes.push(0);
+        let calls = decode_calls(&bytes);
+        assert_eq!(calls.len(), 2);
+        assert_eq!((calls[1].tgid, calls[1].uaddr), (7, 0x1000));
+    }
 }

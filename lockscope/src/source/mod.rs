@@ -5,6 +5,7 @@ pub mod remote;
 
 pub mod batch;
 pub mod futex;
+pub mod iter;
 pub mod pthread;
 pub mod rt;
 pub mod spin;
