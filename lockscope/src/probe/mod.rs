@@ -3,6 +3,7 @@
 pub mod btf;
 pub mod features;
 pub mod groups;
+pub mod hooks;
 pub mod loader;
 pub mod pthread;
 pub mod release;

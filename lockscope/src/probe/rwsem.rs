@@ -5,21 +5,13 @@
 use std::collections::BTreeMap;
 
 use anyhow::anyhow;
-use aya::{
-    Btf, Ebpf,
-    programs::{FEntry, FExit, KProbe},
-};
+use aya::{Btf, Ebpf};
 use lockscope_common::*;
 
-use super::btf::KernelBtf;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ProgKind {
-    FEntry,
-    FExit,
-    KProbe,
-    KRetProbe,
-}
+use super::{
+    btf::KernelBtf,
+    hooks::{Attached, Chooser, Hook, ProgKind, hook_tiers},
+};
 
 /// One hooked kernel function and the programs that hook it, per mechanism.
 #[derive(Debug, Clone, Copy)]
@@ -127,52 +119,7 @@ pub struct HookStatus {
     pub detail: String,
 }
 
-/// What `/proc/kallsyms` says about a function.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Symbol {
-    /// Present under its own name.
-    Present,
-    /// Only compiler clones exist (`.isra.0`, `.constprop.0`, `.part.0`): the function
-    /// was specialised or split and its arguments may not be the source's.
-    ClonedOnly(Vec<String>),
-    /// Not in the kernel (inlined everywhere, or not built).
-    Absent,
-}
-
-/// Look `func` up in kallsyms text (lines `addr type name [module]`).
-pub fn find_symbol(kallsyms: &str, func: &str) -> Symbol {
-    let mut clones = Vec::new();
-    for line in kallsyms.lines() {
-        let Some(name) = line.split_whitespace().nth(2) else {
-            continue;
-        };
-        if name == func {
-            return Symbol::Present;
-        }
-        if let Some(rest) = name.strip_prefix(func)
-            && rest.starts_with('.')
-            && !clones.iter().any(|c| c == name)
-        {
-            clones.push(name.to_owned());
-        }
-    }
-    if clones.is_empty() {
-        Symbol::Absent
-    } else {
-        Symbol::ClonedOnly(clones)
-    }
-}
-
 /// Is this a PREEMPT_RT kernel (rwsems built on rtmutex, no rwsem lock events)?
-/// Tier (`fentry`, `kprobe`, or `absent`) of each (function, attached tier), by name.
-pub fn hook_tiers<'a>(
-    hooks: impl Iterator<Item = (&'a str, Option<&'a str>)>,
-) -> BTreeMap<String, String> {
-    hooks
-        .map(|(func, tier)| (func.to_owned(), tier.unwrap_or("absent").to_owned()))
-        .collect()
-}
-
 pub fn kernel_is_rt() -> bool {
     std::fs::read_to_string("/sys/kernel/realtime")
         .map(|s| s.trim() == "1")
@@ -204,13 +151,13 @@ pub fn rwsem_config(kbtf: &KernelBtf) -> Option<RwsemConfig> {
 }
 
 /// The deep tier as attached: status per hook and the attached-hook mask.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Default)]
 pub struct DeepTier {
     pub hooks: Vec<HookStatus>,
     pub mask: u32,
     pub rt: bool,
-    /// Program names attached, to unload on detach.
-    attached: Vec<(&'static str, ProgKind)>,
+    /// What was loaded and attached, to detach.
+    attached: Attached,
 }
 
 impl DeepTier {
@@ -233,15 +180,13 @@ impl DeepTier {
 
     /// Attach every hook the kernel allows, preferring fentry/fexit.
     pub fn attach(ebpf: &mut Ebpf, btf: &Btf, have_config: bool) -> Self {
-        let kallsyms = std::fs::read_to_string("/proc/kallsyms").unwrap_or_default();
-        let rt = kernel_is_rt();
-        let kprobes = super::features::kprobes_available();
+        let chooser = Chooser::new(None);
         let mut tier = DeepTier {
-            rt,
+            rt: kernel_is_rt(),
             ..Default::default()
         };
         for def in HOOKS {
-            let status = tier.attach_hook(ebpf, btf, &def, &kallsyms, kprobes, have_config);
+            let status = tier.attach_hook(ebpf, btf, &def, &chooser, have_config);
             tier.hooks.push(status);
         }
         tier
@@ -252,8 +197,7 @@ impl DeepTier {
         ebpf: &mut Ebpf,
         btf: &Btf,
         def: &HookDef,
-        kallsyms: &str,
-        kprobes: bool,
+        chooser: &Chooser,
         have_config: bool,
     ) -> HookStatus {
         let status = |tier, detail: String| HookStatus {
@@ -272,80 +216,21 @@ impl DeepTier {
         if def.needs != 0 && self.mask & def.needs == 0 {
             return status(None, "not needed: its slowpath hook is absent".into());
         }
-        match find_symbol(kallsyms, def.func) {
-            Symbol::Present => {}
-            Symbol::ClonedOnly(clones) => {
-                return status(
-                    None,
-                    format!(
-                        "only compiler clones in kallsyms ({}): arguments may differ, not hooked",
-                        clones.join(", ")
-                    ),
-                );
-            }
-            Symbol::Absent if !kallsyms.is_empty() => {
-                return status(
-                    None,
-                    format!("{} is not in this kernel (inlined or not built)", def.func),
-                );
-            }
-            Symbol::Absent => {}
-        }
-        let fentry_err = match self.attach_set(ebpf, btf, def, def.fentry) {
-            Ok(()) => {
-                self.mask |= def.bit;
-                return status(Some("fentry"), "fentry/fexit".into());
-            }
-            Err(e) => e,
+        let hook = Hook {
+            func: def.func,
+            fentry: def.fentry,
+            kprobe: def.kprobe,
         };
-        if !kprobes {
-            return status(
-                None,
-                format!("fentry refused ({fentry_err}); no kprobes (CONFIG_KPROBES off)"),
-            );
+        let c = chooser.choose(ebpf, btf, &hook, true, &mut self.attached);
+        if c.tier.is_some() {
+            self.mask |= def.bit;
         }
-        match self.attach_set(ebpf, btf, def, def.kprobe) {
-            Ok(()) => {
-                self.mask |= def.bit;
-                status(
-                    Some("kprobe"),
-                    format!("kprobe/kretprobe (fentry refused: {fentry_err})"),
-                )
-            }
-            Err(e) => status(
-                None,
-                format!("fentry refused ({fentry_err}); kprobe refused ({e})"),
-            ),
-        }
-    }
-
-    /// Load and attach all programs of one mechanism, or none of them.
-    fn attach_set(
-        &mut self,
-        ebpf: &mut Ebpf,
-        btf: &Btf,
-        def: &HookDef,
-        progs: &[(&'static str, ProgKind)],
-    ) -> anyhow::Result<()> {
-        let mut done = Vec::new();
-        for &(name, kind) in progs {
-            if let Err(e) = attach_one(ebpf, btf, def.func, name, kind) {
-                for &(n, k) in &done {
-                    unload(ebpf, n, k);
-                }
-                return Err(e);
-            }
-            done.push((name, kind));
-        }
-        self.attached.extend(done);
-        Ok(())
+        status(c.tier, c.detail)
     }
 
     /// Detach every deep-tier program (maps stay readable).
     pub fn detach(&mut self, ebpf: &mut Ebpf) {
-        for (name, kind) in self.attached.drain(..) {
-            unload(ebpf, name, kind);
-        }
+        self.attached.detach(ebpf);
     }
 }
 
@@ -359,80 +244,9 @@ pub fn publish_mask(ebpf: &mut Ebpf, mask: u32) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn attach_one(
-    ebpf: &mut Ebpf,
-    btf: &Btf,
-    func: &str,
-    name: &str,
-    kind: ProgKind,
-) -> anyhow::Result<()> {
-    let prog = ebpf
-        .program_mut(name)
-        .ok_or_else(|| anyhow!("program {name} missing from the eBPF object"))?;
-    let short = |e: &dyn std::error::Error| super::loader::error_chain(e);
-    match kind {
-        ProgKind::FEntry => {
-            let p: &mut FEntry = prog.try_into()?;
-            p.load(func, btf).map_err(|e| anyhow!(short(&e)))?;
-            p.attach().map_err(|e| anyhow!(short(&e)))?;
-        }
-        ProgKind::FExit => {
-            let p: &mut FExit = prog.try_into()?;
-            p.load(func, btf).map_err(|e| anyhow!(short(&e)))?;
-            p.attach().map_err(|e| anyhow!(short(&e)))?;
-        }
-        ProgKind::KProbe | ProgKind::KRetProbe => {
-            let p: &mut KProbe = prog.try_into()?;
-            p.load().map_err(|e| anyhow!(short(&e)))?;
-            p.attach(func, 0).map_err(|e| anyhow!(short(&e)))?;
-        }
-    }
-    Ok(())
-}
-
-/// Unload a hook's program (whatever kind it was loaded as); absent programs are skipped.
-pub(super) fn unload(ebpf: &mut Ebpf, name: &str, kind: ProgKind) {
-    let Some(prog) = ebpf.program_mut(name) else {
-        return;
-    };
-    let _ = match kind {
-        ProgKind::FEntry => <&mut FEntry>::try_from(prog).map(|p| p.unload()),
-        ProgKind::FExit => <&mut FExit>::try_from(prog).map(|p| p.unload()),
-        ProgKind::KProbe | ProgKind::KRetProbe => <&mut KProbe>::try_from(prog).map(|p| p.unload()),
-    };
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    const KALLSYMS: &str = "ffffffff81100000 t rwsem_down_read_slowpath\n\
-        ffffffff81100400 t rwsem_mark_wake.constprop.0\n\
-        ffffffff81100800 t rwsem_mark_wake.isra.0\n\
-        ffffffff81100c00 T down_read_trylock\n\
-        ffffffff81100d00 T down_read_trylock_foo\n\
-        ffffffffc0001000 t rwsem_down_write_slowpath.cold\t[somemod]\n";
-
-    #[test]
-    fn kallsyms_tells_present_cloned_and_absent() {
-        assert_eq!(
-            find_symbol(KALLSYMS, "rwsem_down_read_slowpath"),
-            Symbol::Present
-        );
-        assert_eq!(
-            find_symbol(KALLSYMS, "rwsem_mark_wake"),
-            Symbol::ClonedOnly(vec![
-                "rwsem_mark_wake.constprop.0".into(),
-                "rwsem_mark_wake.isra.0".into()
-            ])
-        );
-        assert_eq!(find_symbol(KALLSYMS, "down_read_trylock"), Symbol::Present);
-        assert_eq!(
-            find_symbol(KALLSYMS, "rwsem_down_write_slowpath"),
-            Symbol::ClonedOnly(vec!["rwsem_down_write_slowpath.cold".into()])
-        );
-        assert_eq!(find_symbol(KALLSYMS, "schedule"), Symbol::Absent);
-    }
 
     #[test]
     fn tier_name_follows_the_slowpath_hooks() {

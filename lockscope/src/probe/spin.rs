@@ -10,13 +10,13 @@ use anyhow::{Context as _, anyhow};
 use aya::{
     Btf, Ebpf,
     maps::{Array, MapData, RingBuf},
-    programs::{BtfTracePoint, FEntry, FExit, Iter, KProbe, Link as _, links::FdLink},
+    programs::{BtfTracePoint, Iter, Link as _, links::FdLink},
 };
 use lockscope_common::*;
 
 use super::{
     btf::KernelBtf,
-    rwsem::{ProgKind, Symbol, find_symbol, unload},
+    hooks::{Attached, Chooser, Hook, ProgKind},
 };
 
 /// What a hooked function gives.
@@ -130,9 +130,6 @@ pub struct SpinHookStatus {
     pub detail: String,
 }
 
-/// A kprobe program attached to one function (kprobe programs are shared by functions).
-type KprobeLink = (&'static str, aya::programs::kprobe::KProbeLinkId);
-
 /// The deep spinlock tier as attached.
 #[derive(Default)]
 pub struct SpinTier {
@@ -145,8 +142,8 @@ pub struct SpinTier {
     pub unavailable: Option<String>,
     /// Thresholds in force.
     pub params: SpinParams,
-    loaded: Vec<(&'static str, ProgKind)>,
-    kprobe_links: Vec<KprobeLink>,
+    /// The hooks' programs and links (the chooser's), to detach.
+    attached: Attached,
     tp_links: Vec<FdLink>,
     ring: Option<Mutex<RingBuf<MapData>>>,
     episodes: Mutex<Vec<SpinEpisodeRecord>>,
@@ -202,16 +199,16 @@ impl SpinTier {
 
     /// Tier of each hook by function name, for reports.
     pub fn hook_tiers(&self) -> BTreeMap<String, String> {
-        super::rwsem::hook_tiers(self.hooks.iter().map(|h| (h.func, h.tier)))
+        super::hooks::hook_tiers(self.hooks.iter().map(|h| (h.func, h.tier)))
     }
 
     /// Attach every hook the kernel allows (fentry/fexit first), walk the tasks into
     /// the watched set, and take the episode ring buffer. `start`: also run the watched
     /// set (false for `doctor`, which only tries the hooks).
     pub fn attach(ebpf: &mut Ebpf, btf: &Btf, start: bool) -> Self {
-        let kallsyms = std::fs::read_to_string("/proc/kallsyms").unwrap_or_default();
-        let kprobes = super::features::kprobes_available();
-        let force_kprobes = std::env::var_os(FORCE_KPROBES_ENV).is_some();
+        let chooser = Chooser::new(
+            std::env::var_os(FORCE_KPROBES_ENV).map(|_| format!("{FORCE_KPROBES_ENV} set")),
+        );
         let mut tier = SpinTier::default();
         let release = super::features::kernel_release();
         let gate = hold_hooks_gate(
@@ -229,15 +226,21 @@ impl SpinTier {
                 },
                 // doctor (no start) only loads the hooks on every spinlock: attaching and
                 // detaching them patches the hottest code in the kernel.
-                _ => tier.attach_hook(
-                    ebpf,
-                    btf,
-                    &def,
-                    &kallsyms,
-                    kprobes,
-                    force_kprobes,
-                    start || def.role == Role::Wait,
-                ),
+                _ => {
+                    let hook = Hook {
+                        func: def.func,
+                        fentry: def.fentry,
+                        kprobe: def.kprobe,
+                    };
+                    let attach = start || def.role == Role::Wait;
+                    let c = chooser.choose(ebpf, btf, &hook, attach, &mut tier.attached);
+                    SpinHookStatus {
+                        func: def.func,
+                        role: def.role,
+                        tier: c.tier,
+                        detail: c.detail,
+                    }
+                }
             };
             if s.tier.is_some() {
                 tier.mask |= match def.role {
@@ -340,161 +343,12 @@ impl SpinTier {
         Ok(())
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn attach_hook(
-        &mut self,
-        ebpf: &mut Ebpf,
-        btf: &Btf,
-        def: &SpinHookDef,
-        kallsyms: &str,
-        kprobes: bool,
-        force_kprobes: bool,
-        attach: bool,
-    ) -> SpinHookStatus {
-        let status = |tier, detail: String| SpinHookStatus {
-            func: def.func,
-            role: def.role,
-            tier,
-            detail,
-        };
-        match find_symbol(kallsyms, def.func) {
-            Symbol::Present => {}
-            Symbol::ClonedOnly(clones) => {
-                return status(
-                    None,
-                    format!("only compiler clones in kallsyms ({})", clones.join(", ")),
-                );
-            }
-            Symbol::Absent if !kallsyms.is_empty() => {
-                return status(None, "not in kallsyms (inlined on this kernel)".into());
-            }
-            Symbol::Absent => {}
-        }
-        let fentry_err = if force_kprobes {
-            format!("skipped ({FORCE_KPROBES_ENV} set)")
-        } else {
-            match self.attach_set(ebpf, btf, def.func, def.fentry, attach) {
-                Ok(()) if attach => return status(Some("fentry"), "fentry/fexit".into()),
-                Ok(()) => {
-                    return status(
-                        Some("fentry"),
-                        "fentry/fexit (verified; attached only while recording)".into(),
-                    );
-                }
-                Err(e) => e.to_string(),
-            }
-        };
-        if !kprobes {
-            return status(
-                None,
-                format!("fentry refused ({fentry_err}); no kprobes (CONFIG_KPROBES off)"),
-            );
-        }
-        match self.attach_set(ebpf, btf, def.func, def.kprobe, attach) {
-            Ok(()) => status(
-                Some("kprobe"),
-                format!(
-                    "kprobe/kretprobe{} (fentry: {fentry_err})",
-                    if attach {
-                        ""
-                    } else {
-                        " (verified; attached only while recording)"
-                    }
-                ),
-            ),
-            Err(e) => status(
-                None,
-                format!("fentry refused ({fentry_err}); kprobe refused ({e})"),
-            ),
-        }
-    }
-
-    /// Attach all programs of one mechanism to `func`, or none of them.
-    fn attach_set(
-        &mut self,
-        ebpf: &mut Ebpf,
-        btf: &Btf,
-        func: &str,
-        progs: &[(&'static str, ProgKind)],
-        attach: bool,
-    ) -> anyhow::Result<()> {
-        let mut new_kprobe_links = Vec::new();
-        let mut new_loaded = Vec::new();
-        let short = |e: &dyn std::error::Error| super::loader::error_chain(e);
-        let mut result = Ok(());
-        for &(name, kind) in progs {
-            let Some(prog) = ebpf.program_mut(name) else {
-                result = Err(anyhow!("program {name} missing from the eBPF object"));
-                break;
-            };
-            let r: anyhow::Result<()> = (|| {
-                match kind {
-                    ProgKind::FEntry => {
-                        let p: &mut FEntry = prog.try_into()?;
-                        p.load(func, btf).map_err(|e| anyhow!(short(&e)))?;
-                        new_loaded.push((name, kind));
-                        if attach {
-                            p.attach().map_err(|e| anyhow!(short(&e)))?;
-                        }
-                    }
-                    ProgKind::FExit => {
-                        let p: &mut FExit = prog.try_into()?;
-                        p.load(func, btf).map_err(|e| anyhow!(short(&e)))?;
-                        new_loaded.push((name, kind));
-                        if attach {
-                            p.attach().map_err(|e| anyhow!(short(&e)))?;
-                        }
-                    }
-                    ProgKind::KProbe | ProgKind::KRetProbe => {
-                        let p: &mut KProbe = prog.try_into()?;
-                        if p.fd().is_err() {
-                            p.load().map_err(|e| anyhow!(short(&e)))?;
-                            new_loaded.push((name, kind));
-                        }
-                        if attach {
-                            let id = p.attach(func, 0).map_err(|e| anyhow!(short(&e)))?;
-                            new_kprobe_links.push((name, id));
-                        }
-                    }
-                }
-                Ok(())
-            })();
-            if let Err(e) = r {
-                result = Err(e);
-                break;
-            }
-        }
-        match result {
-            Ok(()) => {
-                self.loaded.extend(new_loaded);
-                self.kprobe_links.extend(new_kprobe_links);
-                Ok(())
-            }
-            Err(e) => {
-                for (name, id) in new_kprobe_links {
-                    if let Some(p) = ebpf.program_mut(name)
-                        && let Ok(p) = <&mut KProbe>::try_from(p)
-                    {
-                        let _ = p.detach(id);
-                    }
-                }
-                for (name, kind) in new_loaded {
-                    unload(ebpf, name, kind);
-                }
-                Err(e)
-            }
-        }
-    }
-
     /// Detach every program of the tier (maps stay readable).
     pub fn detach(&mut self, ebpf: &mut Ebpf) {
         for link in self.tp_links.drain(..) {
             let _ = link.detach();
         }
-        self.kprobe_links.clear();
-        for (name, kind) in self.loaded.drain(..) {
-            unload(ebpf, name, kind);
-        }
+        self.attached.detach(ebpf);
     }
 
     /// Move the episodes waiting in the ring buffer into the session's list.

@@ -1,0 +1,310 @@
+//! The one chooser for kernel-function hooks: fentry/fexit where the kernel allows
+//! them, else kprobe/kretprobe, else none, with the reason kept for `doctor` and the
+//! reports. The deep tiers (`rwsem.rs`, `spin.rs`) describe their hooks as [`Hook`]s
+//! and attach them through [`Chooser`]; what was loaded and linked is kept in
+//! [`Attached`], which detaches it again.
+
+use std::collections::BTreeMap;
+
+use anyhow::anyhow;
+use aya::{
+    Btf, Ebpf,
+    programs::{FEntry, FExit, KProbe},
+};
+
+use crate::errors::error_chain;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProgKind {
+    FEntry,
+    FExit,
+    KProbe,
+    KRetProbe,
+}
+
+/// A program in the eBPF object and how it hooks.
+pub type Prog = (&'static str, ProgKind);
+
+/// One hooked kernel function and its programs per mechanism (all of a mechanism's
+/// programs attach, or none).
+#[derive(Debug, Clone, Copy)]
+pub struct Hook {
+    pub func: &'static str,
+    pub fentry: &'static [Prog],
+    /// kprobe programs may be shared by several functions (each attach is one link).
+    pub kprobe: &'static [Prog],
+}
+
+/// What `/proc/kallsyms` says about a function.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Symbol {
+    /// Present under its own name.
+    Present,
+    /// Only compiler clones exist (`.isra.0`, `.constprop.0`, `.part.0`): the function
+    /// was specialised or split and its arguments may not be the source's.
+    ClonedOnly(Vec<String>),
+    /// Not in the kernel (inlined everywhere, or not built).
+    Absent,
+}
+
+/// Look `func` up in kallsyms text (lines `addr type name [module]`).
+pub fn find_symbol(kallsyms: &str, func: &str) -> Symbol {
+    let mut clones = Vec::new();
+    for line in kallsyms.lines() {
+        let Some(name) = line.split_whitespace().nth(2) else {
+            continue;
+        };
+        if name == func {
+            return Symbol::Present;
+        }
+        if let Some(rest) = name.strip_prefix(func)
+            && rest.starts_with('.')
+            && !clones.iter().any(|c| c == name)
+        {
+            clones.push(name.to_owned());
+        }
+    }
+    if clones.is_empty() {
+        Symbol::Absent
+    } else {
+        Symbol::ClonedOnly(clones)
+    }
+}
+
+/// Tier (`fentry`, `kprobe`, or `absent`) of each (function, attached tier), by name.
+pub fn hook_tiers<'a>(
+    hooks: impl Iterator<Item = (&'a str, Option<&'a str>)>,
+) -> BTreeMap<String, String> {
+    hooks
+        .map(|(func, tier)| (func.to_owned(), tier.unwrap_or("absent").to_owned()))
+        .collect()
+}
+
+/// How one hook ended up: `fentry` or `kprobe` when attached (or verified), and the
+/// detail (what was refused before the fallback worked, or why nothing did).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Choice {
+    pub tier: Option<&'static str>,
+    pub detail: String,
+}
+
+impl Choice {
+    pub fn none(detail: impl Into<String>) -> Self {
+        Self {
+            tier: None,
+            detail: detail.into(),
+        }
+    }
+}
+
+/// What this kernel allows, read once for a set of hooks.
+pub struct Chooser {
+    kallsyms: String,
+    kprobes: bool,
+    /// fentry is not tried, for this reason (tests exercising the kprobe fallback).
+    skip_fentry: Option<String>,
+}
+
+impl Chooser {
+    pub fn new(skip_fentry: Option<String>) -> Self {
+        Self {
+            kallsyms: std::fs::read_to_string("/proc/kallsyms").unwrap_or_default(),
+            kprobes: super::features::kprobes_available(),
+            skip_fentry,
+        }
+    }
+
+    /// Hook `hook` with fentry/fexit, else kprobe/kretprobe. `attach`: attach as well as
+    /// load (false: only ask the verifier, for `doctor`).
+    pub fn choose(
+        &self,
+        ebpf: &mut Ebpf,
+        btf: &Btf,
+        hook: &Hook,
+        attach: bool,
+        out: &mut Attached,
+    ) -> Choice {
+        match find_symbol(&self.kallsyms, hook.func) {
+            Symbol::Present => {}
+            Symbol::ClonedOnly(clones) => {
+                return Choice::none(format!(
+                    "only compiler clones in kallsyms ({}): arguments may differ, not hooked",
+                    clones.join(", ")
+                ));
+            }
+            Symbol::Absent if !self.kallsyms.is_empty() => {
+                return Choice::none(format!(
+                    "{} is not in this kernel (inlined or not built)",
+                    hook.func
+                ));
+            }
+            Symbol::Absent => {}
+        }
+        let verified = if attach {
+            ""
+        } else {
+            " (verified; attached only while recording)"
+        };
+        let fentry = match &self.skip_fentry {
+            Some(why) => format!("skipped ({why})"),
+            None => match out.attach_set(ebpf, btf, hook.func, hook.fentry, attach) {
+                Ok(()) => {
+                    return Choice {
+                        tier: Some("fentry"),
+                        detail: format!("fentry/fexit{verified}"),
+                    };
+                }
+                Err(e) => format!("refused: {e}"),
+            },
+        };
+        if !self.kprobes {
+            return Choice::none(format!("fentry {fentry}; no kprobes (CONFIG_KPROBES off)"));
+        }
+        match out.attach_set(ebpf, btf, hook.func, hook.kprobe, attach) {
+            Ok(()) => Choice {
+                tier: Some("kprobe"),
+                detail: format!("kprobe/kretprobe{verified} (fentry {fentry})"),
+            },
+            Err(e) => Choice::none(format!("fentry {fentry}; kprobe refused ({e})")),
+        }
+    }
+}
+
+/// The programs a chooser loaded and the kprobe links it made.
+#[derive(Debug, Default)]
+pub struct Attached {
+    loaded: Vec<Prog>,
+    kprobe_links: Vec<(&'static str, aya::programs::kprobe::KProbeLinkId)>,
+}
+
+impl Attached {
+    /// Load (and with `attach`, attach) all of `progs` on `func`, or none of them.
+    fn attach_set(
+        &mut self,
+        ebpf: &mut Ebpf,
+        btf: &Btf,
+        func: &str,
+        progs: &[Prog],
+        attach: bool,
+    ) -> anyhow::Result<()> {
+        let mut links = Vec::new();
+        let mut loaded = Vec::new();
+        let short = |e: &dyn std::error::Error| anyhow!(error_chain(e));
+        let mut result = Ok(());
+        for &(name, kind) in progs {
+            let Some(prog) = ebpf.program_mut(name) else {
+                result = Err(anyhow!("program {name} missing from the eBPF object"));
+                break;
+            };
+            let r: anyhow::Result<()> = (|| {
+                match kind {
+                    ProgKind::FEntry => {
+                        let p: &mut FEntry = prog.try_into()?;
+                        p.load(func, btf).map_err(|e| short(&e))?;
+                        loaded.push((name, kind));
+                        if attach {
+                            p.attach().map_err(|e| short(&e))?;
+                        }
+                    }
+                    ProgKind::FExit => {
+                        let p: &mut FExit = prog.try_into()?;
+                        p.load(func, btf).map_err(|e| short(&e))?;
+                        loaded.push((name, kind));
+                        if attach {
+                            p.attach().map_err(|e| short(&e))?;
+                        }
+                    }
+                    ProgKind::KProbe | ProgKind::KRetProbe => {
+                        let p: &mut KProbe = prog.try_into()?;
+                        if p.fd().is_err() {
+                            p.load().map_err(|e| short(&e))?;
+                            loaded.push((name, kind));
+                        }
+                        if attach {
+                            links.push((name, p.attach(func, 0).map_err(|e| short(&e))?));
+                        }
+                    }
+                }
+                Ok(())
+            })();
+            if let Err(e) = r {
+                result = Err(e);
+                break;
+            }
+        }
+        match result {
+            Ok(()) => {
+                self.loaded.extend(loaded);
+                self.kprobe_links.extend(links);
+                Ok(())
+            }
+            Err(e) => {
+                for (name, id) in links {
+                    if let Some(p) = ebpf.program_mut(name)
+                        && let Ok(p) = <&mut KProbe>::try_from(p)
+                    {
+                        let _ = p.detach(id);
+                    }
+                }
+                for (name, kind) in loaded {
+                    unload(ebpf, name, kind);
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Detach and unload everything (maps stay readable).
+    pub fn detach(&mut self, ebpf: &mut Ebpf) {
+        // Unloading a program drops its links, the kprobe ones included.
+        self.kprobe_links.clear();
+        for (name, kind) in self.loaded.drain(..) {
+            unload(ebpf, name, kind);
+        }
+    }
+}
+
+/// Unload a hook's program (whatever kind it was loaded as); absent programs are skipped.
+fn unload(ebpf: &mut Ebpf, name: &str, kind: ProgKind) {
+    let Some(prog) = ebpf.program_mut(name) else {
+        return;
+    };
+    let _ = match kind {
+        ProgKind::FEntry => <&mut FEntry>::try_from(prog).map(|p| p.unload()),
+        ProgKind::FExit => <&mut FExit>::try_from(prog).map(|p| p.unload()),
+        ProgKind::KProbe | ProgKind::KRetProbe => <&mut KProbe>::try_from(prog).map(|p| p.unload()),
+    };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const KALLSYMS: &str = "ffffffff81100000 t rwsem_down_read_slowpath\n\
+        ffffffff81100400 t rwsem_mark_wake.constprop.0\n\
+        ffffffff81100800 t rwsem_mark_wake.isra.0\n\
+        ffffffff81100c00 T down_read_trylock\n\
+        ffffffff81100d00 T down_read_trylock_foo\n\
+        ffffffffc0001000 t rwsem_down_write_slowpath.cold\t[somemod]\n";
+
+    #[test]
+    fn kallsyms_tells_present_cloned_and_absent() {
+        assert_eq!(
+            find_symbol(KALLSYMS, "rwsem_down_read_slowpath"),
+            Symbol::Present
+        );
+        assert_eq!(
+            find_symbol(KALLSYMS, "rwsem_mark_wake"),
+            Symbol::ClonedOnly(vec![
+                "rwsem_mark_wake.constprop.0".into(),
+                "rwsem_mark_wake.isra.0".into()
+            ])
+        );
+        assert_eq!(find_symbol(KALLSYMS, "down_read_trylock"), Symbol::Present);
+        assert_eq!(
+            find_symbol(KALLSYMS, "rwsem_down_write_slowpath"),
+            Symbol::ClonedOnly(vec!["rwsem_down_write_slowpath.cold".into()])
+        );
+        assert_eq!(find_symbol(KALLSYMS, "schedule"), Symbol::Absent);
+    }
+}
