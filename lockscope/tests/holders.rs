@@ -194,3 +194,75 @@ fn runqueue_locks_are_named_for_their_cpu() {
         }
     }
 }
+
+/// A kernel mutex: the pipe's, taken by every read and write of it (spinning waits, the
+/// `mutex-spin` entry, are most of them). Each wait's holder is another thread of the
+/// workload (a writer or the reader), named by its thread.
+#[test]
+fn a_pipe_mutex_is_blamed_on_the_threads_that_hold_it() {
+    let _serial = serial();
+    let dir = scratch("pipe-holders");
+    let file = dir.join("rec.json");
+    let out = run_ok(lockscope().args(["record", "-o"]).arg(&file).args([
+        "--",
+        bin(),
+        "workload",
+        "pipe-mutex",
+        "--seconds",
+        "2",
+    ]));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let pid = field(&stdout, "pid:");
+    let reader = field(&stdout, "reader_tid:");
+    let writers: Vec<u64> = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("writer_tids:"))
+        .unwrap_or_else(|| panic!("no writer_tids in:\n{stdout}"))
+        .split_whitespace()
+        .map(|t| t.parse().unwrap())
+        .collect();
+    let rec = read_json(&file);
+    let m = rec["locks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|l| {
+            l["type"].as_str().is_some_and(|t| t.starts_with("mutex"))
+                && l["tasks"]
+                    .as_array()
+                    .is_some_and(|t| t.iter().any(|t| t["pid"].as_u64() == Some(pid)))
+        })
+        .max_by_key(|l| l["contended"].as_u64())
+        .unwrap_or_else(|| panic!("no contended mutex of pid {pid}"))
+        .clone();
+    let total = m["wait_total_ns"].as_u64().unwrap();
+    assert!(m["contended"].as_u64().unwrap() >= 100, "{m}");
+    let owners = m["owners"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no owners: {m}"));
+    let unknown = m["owner_unknown_wait_ns"].as_u64().unwrap();
+    let known: u64 = owners
+        .iter()
+        .map(|o| o["wait_total_ns"].as_u64().unwrap())
+        .sum::<u64>()
+        + m["owners_omitted_wait_ns"].as_u64().unwrap_or(0);
+    assert_eq!(known + unknown, total, "{m}");
+    // A mutex's owner word names its holder unless it was released as the wait began.
+    assert!(
+        unknown as f64 <= 0.2 * total as f64,
+        "holder unknown for {unknown} of {total} ns: {m}"
+    );
+    for o in owners {
+        let tid = o["tid"].as_u64().unwrap();
+        assert_eq!(o["pid"].as_u64(), Some(pid), "{o} in {m}");
+        if tid == reader {
+            assert_eq!(o["comm"], "pipe-reader", "{o}");
+        } else {
+            assert!(
+                writers.contains(&tid),
+                "holder {o} is no thread of the workload: {m}"
+            );
+            assert_eq!(o["comm"], "pipe-writer", "{o}");
+        }
+    }
+}

@@ -19,6 +19,7 @@ mod futex_sys;
 mod handoff;
 mod holders;
 mod pi_contend;
+mod pipe;
 mod pthread_mutex;
 mod ptrace_storm;
 mod sys;
@@ -31,6 +32,7 @@ pub use futex_rwlock::FutexRwlockArgs;
 pub use handoff::MmapHandoffArgs;
 pub use holders::MmapHoldersArgs;
 pub use pi_contend::PiContendArgs;
+pub use pipe::PipeMutexArgs;
 pub use pthread_mutex::PthreadMutexArgs;
 pub use ptrace_storm::PtraceStormArgs;
 pub use syscall_loop::SyscallLoopArgs;
@@ -165,6 +167,15 @@ pub enum Workload {
     /// the wait. Prints both thread ids and their operation counts.
     #[command(verbatim_doc_comment)]
     MmapHolders(MmapHoldersArgs),
+    /// Writer threads and one reader on one pipe: waits on the pipe's kernel mutex, each
+    /// held by another thread of this process.
+    ///
+    /// Every write(2) and read(2) of a pipe holds the pipe's mutex while it copies;
+    /// both ends are non-blocking, so the threads wait only on that mutex, and
+    /// `lockscope report --by owner` of a recording names pipe-writer and
+    /// pipe-reader threads as its holders. Prints the thread ids and bytes moved.
+    #[command(verbatim_doc_comment)]
+    PipeMutex(PipeMutexArgs),
     /// One thread calling getppid(2) in a loop, touching no lock: a benchmark bystander
     /// for what every system call pays while a tracer is attached.
     SyscallLoop(SyscallLoopArgs),
@@ -194,6 +205,7 @@ pub fn run(w: &Workload) -> anyhow::Result<()> {
         Workload::MmapHandoff(args) => handoff::run(args),
         Workload::PtraceStorm(args) => ptrace_storm::run(args),
         Workload::MmapHolders(args) => holders::run(args),
+        Workload::PipeMutex(args) => pipe::run(args),
         Workload::SyscallLoop(args) => syscall_loop::run(args),
         Workload::PiContend(args) => pi_contend::run(args),
     }
