@@ -9,6 +9,7 @@ pub mod cmd;
 pub mod config;
 pub mod decode;
 pub mod errors;
+pub mod family;
 pub mod probe;
 pub mod session;
 pub mod signals;

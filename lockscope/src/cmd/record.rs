@@ -48,7 +48,7 @@ pub fn run(args: RecordArgs) -> anyhow::Result<ExitCode> {
         ..LoadOptions::new(target, types)
     };
     let mut session = Session::start_with_rt(&opts, target_desc, rt)?;
-    if session.probes().futex
+    if session.families().futex.enabled
         && let Some(cmd) = args.command.first()
         && resolve_command(cmd).is_ok_and(|p| is_static_elf(&p).unwrap_or(false))
     {
@@ -61,7 +61,7 @@ pub fn run(args: RecordArgs) -> anyhow::Result<ExitCode> {
         .probes()
         .notes
         .iter()
-        .chain(&session.probes().pthread.notes)
+        .chain(&session.families().futex.pthread.notes)
     {
         eprintln!("lockscope: note: {note}");
     }
@@ -357,12 +357,12 @@ async fn wait_for_stop(
     // Without the fork follower the command is added by hand: traced from now, not
     // its children (said in a note).
     if let Some(pid) = child.as_ref().and_then(|c| c.id())
-        && !session.probes().follows_forks
+        && !session.families().contention.follows_forks
     {
         session.add_target(pid)?;
     }
     if let Some(pid) = child.as_ref().and_then(|c| c.id())
-        && session.probes().futex
+        && session.families().futex.enabled
     {
         remember_command(session, pid).await;
     }

@@ -155,7 +155,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         opts: MetricsOptions {
             top_locks: settings.top_locks,
             bucket_bounds: settings.bucket_bounds.clone(),
-            futex: session.probes().futex,
+            futex: session.families().futex.enabled,
             rwsem_events: kernel && settings.probes.rwsem_events,
             starvation: kernel && settings.probes.pi_lock,
         },

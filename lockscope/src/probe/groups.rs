@@ -1,11 +1,12 @@
 //! The probe groups: what each hooks, what it gives, and what a run without it lacks.
-//! The loader attaches the tracepoint groups in [`TP_GROUPS`] order through one
-//! function; `doctor` lists every group from here; and a group the kernel lacks is
-//! skipped with one line, everything else running (only `contention` is required).
+//! The probe families (`crate::family`) attach their tracepoint groups through one
+//! function (`TpLinks::attach_group`) and list them in `doctor`; a group the kernel
+//! lacks is skipped with one line, everything else running (only `contention` is
+//! required).
 //!
 //! The futex syscall probes, the rwsem deep tier and the deep spinlock tier choose
-//! between hook mechanisms themselves (their modules); they are named here so that the
-//! same switch turns them off and `doctor` can say what they give.
+//! between hook mechanisms themselves (their families, through `probe::hooks`); they
+//! are named here so that the same switch turns them off.
 
 use super::rt;
 
@@ -80,8 +81,7 @@ pub const FORK_FOLLOW: Group = Group {
     hooks: &[("sched_process_fork", "sched_process_fork")],
 };
 
-/// The tracepoint groups, in attach order: the task set first (a contended task's
-/// pi_lock is named from it).
+/// The tracepoint groups.
 pub const TP_GROUPS: [&Group; 6] = [
     &PI_LOCK_PROXY,
     &RT_LATENCY,

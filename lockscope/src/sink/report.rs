@@ -70,14 +70,27 @@ pub fn render(rec: &Recording, opts: &ReportOptions) -> anyhow::Result<String> {
         // Names come from the kernel, traced programs or a file: never raw to a terminal.
         _ => super::escape::terminal_safe(
             &(table(rec, &r, shown, opts.by)
-                + &super::events::events_table(rec, opts.limit)
-                + &super::rt::rt_sections(rec, opts.limit)
-                + &super::spin::spin_table(rec, opts.limit)),
+                + &SECTIONS
+                    .iter()
+                    .map(|(_, section)| section(rec, opts.limit))
+                    .collect::<String>()),
         ),
     })
 }
 
 pub use crate::units::fmt_ns;
+
+/// A family's section of the text report: (recording, row limit) -> text.
+pub type Section = fn(&Recording, usize) -> String;
+
+/// The sections that follow the table: (probe family, as `family::Families` names it;
+/// its section of a recording's text report), in the registry's order. A family whose
+/// data needs a section of its own adds one line here.
+pub const SECTIONS: [(&str, Section); 3] = [
+    ("rwsem-deep", super::events::events_table),
+    ("rt-latency", super::rt::rt_sections),
+    ("spin-deep", super::spin::spin_table),
+];
 
 fn name_header(by: GroupBy) -> &'static str {
     match by {

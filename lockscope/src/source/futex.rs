@@ -81,16 +81,20 @@ pub fn read_futex(ebpf: &Ebpf, comms: &mut HashMap<u32, String>) -> anyhow::Resu
     Ok(snap)
 }
 
+/// A thread's or process's current name from /proc (`path`), when it still runs.
 pub(super) fn proc_comm(path: &str) -> Option<String> {
     std::fs::read_to_string(path)
         .ok()
         .map(|s| s.trim_end().to_owned())
 }
 
+/// Counts the futex calls in flight (each thread's `FUTEX_CALLS` storage).
+pub const FUTEX_TASK_ITER: &str = "futex_task_iter";
+
 /// The futex calls in flight now, one per thread inside one (the task iterator
 /// `futex_task_iter` walks the threads' storage).
 pub fn calls_in_flight(ebpf: &Ebpf) -> anyhow::Result<Vec<FutexCall>> {
-    let bytes = super::iter::read_task_iter(ebpf, crate::probe::loader::FUTEX_TASK_ITER)?;
+    let bytes = super::iter::read_task_iter(ebpf, FUTEX_TASK_ITER)?;
     Ok(decode_calls(&bytes))
 }
 

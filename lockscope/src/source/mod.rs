@@ -119,18 +119,21 @@ pub fn read_holders(ebpf: &Ebpf) -> anyhow::Result<Vec<(HolderKey, HolderStats)>
     })
 }
 
+/// A live process's name (`/proc/PID/comm`).
+pub fn process_comm(pid: u32) -> Option<String> {
+    futex::proc_comm(&format!("/proc/{pid}/comm"))
+}
+
 /// A live thread's name (`/proc/PID/task/TID/comm`).
 pub fn thread_comm(tgid: u32, tid: u32) -> Option<String> {
     futex::proc_comm(&format!("/proc/{tgid}/task/{tid}/comm"))
 }
 
-/// Everything the probes aggregated so far (stacks are read apart: [`read_stacks`]). `futex`: the futex probes are attached.
-pub fn read_snapshot(ebpf: &Ebpf, futex: bool) -> anyhow::Result<RawSnapshot> {
-    let mut raw = RawSnapshot {
-        counters: read_counters(ebpf)?,
-        ..Default::default()
-    };
-
+/// The contention probes' aggregates: counters, waits, lock names, process names,
+/// holders, runqueue locks and the waits in flight (stacks are read apart:
+/// [`read_stacks`]).
+pub fn read_contention(ebpf: &Ebpf, raw: &mut RawSnapshot) -> anyhow::Result<()> {
+    raw.counters = read_counters(ebpf)?;
     // Whole-map reads in batches (see `batch`): a few syscalls per map, not two per entry.
     raw.stats = batch::percpu_entries::<ContentionKey, ContentionStats, _>(
         ebpf,
@@ -143,9 +146,6 @@ pub fn read_snapshot(ebpf: &Ebpf, futex: bool) -> anyhow::Result<RawSnapshot> {
     raw.comms = batch::hash_entries::<u32, [u8; 16]>(ebpf, "COMMS")?
         .into_iter()
         .map(|(tgid, comm)| (tgid, comm_to_string(&comm)))
-        .collect();
-    raw.cgroups = batch::hash_entries::<u32, u64>(ebpf, "TASK_CGROUPS")?
-        .into_iter()
         .collect();
     // The task-wait counters read right before the map they count, so that few waits
     // begin or end in between (see `task_waits_evicted`).
@@ -170,10 +170,19 @@ pub fn read_snapshot(ebpf: &Ebpf, futex: bool) -> anyhow::Result<RawSnapshot> {
     let spinning: u64 = cpu_depth.get(&0, 0)?.iter().map(|&d| d as u64).sum();
     raw.task_waits_live = waiting as u64;
     raw.in_progress = waiting as u64 + spinning;
-    if futex {
-        raw.futex = futex::read_futex(ebpf, &mut raw.comms)?;
-    }
+    Ok(())
+}
 
+/// The cgroup id the probes recorded for each process.
+pub fn read_cgroups(ebpf: &Ebpf, raw: &mut RawSnapshot) -> anyhow::Result<()> {
+    raw.cgroups = batch::hash_entries::<u32, u64>(ebpf, "TASK_CGROUPS")?
+        .into_iter()
+        .collect();
+    Ok(())
+}
+
+/// rwsem lock events per (lock, process, side) and their counters.
+pub fn read_rwsem_events(ebpf: &Ebpf, raw: &mut RawSnapshot) -> anyhow::Result<()> {
     raw.rwsem_events = batch::percpu_entries::<RwsemEventKey, RwsemEventCounts, _>(
         ebpf,
         "RWSEM_EVENT_STATS",
@@ -192,5 +201,5 @@ pub fn read_snapshot(ebpf: &Ebpf, futex: bool) -> anyhow::Result<RawSnapshot> {
     raw.rwsem_counters = (0..RWSEM_COUNTERS_LEN)
         .map(|i| counters.get(&i, 0).map(|v| v.iter().sum()))
         .collect::<Result<_, _>>()?;
-    Ok(raw)
+    Ok(())
 }

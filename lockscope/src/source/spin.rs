@@ -22,12 +22,7 @@ fn stats(ebpf: &Ebpf, name: &str) -> anyhow::Result<Vec<(ContentionKey, WaitStat
     Ok(out)
 }
 
-/// A thread's or process's current name from /proc, when it still runs.
-fn proc_comm(path: &str) -> Option<String> {
-    std::fs::read_to_string(path)
-        .ok()
-        .map(|s| s.trim_end().to_owned())
-}
+use super::futex::proc_comm;
 
 /// The deep spinlock tier's maps, with the episode records its ring buffer gave so far
 /// (and how many were malformed).

@@ -1,0 +1,276 @@
+//! User-space locks: the futex(2) and futex2 syscall tracepoints (and
+//! `restart_syscall`), each call paired per thread in its task storage and aggregated
+//! per futex word; and pthread attribution: blocking waits unwound in userspace to the
+//! lock function and call site (`probe::pthread`).
+
+use std::path::Path;
+
+use aya::Ebpf;
+use lockscope_common::futex_stats_entries;
+
+use super::{Attach, Build, Detach, Doctor, Family, Globals, Prepare, Read};
+use crate::{
+    aggregate::futex::{FutexEvents, futex_type_filtered},
+    decode::LockType,
+    probe::{
+        Target, features,
+        groups::{self, FUTEX},
+        loader::{HookKind, error_chain, try_load},
+        pthread::{PthreadProbes, pthread_config},
+    },
+    source::futex::{FUTEX_TASK_ITER, read_futex},
+    symbolize::user::UserNames,
+};
+
+/// Futex syscall probes: (program, tracepoint in category `syscalls`). The exit program
+/// is attached to the exit of every futex syscall; `restart_syscall` continues timed waits
+/// interrupted by a signal.
+pub const FUTEX_PROGRAMS: [(&str, &str); 11] = [
+    ("futex_enter", "sys_enter_futex"),
+    ("futex_exit", "sys_exit_futex"),
+    ("futex_wait_enter", "sys_enter_futex_wait"),
+    ("futex_exit", "sys_exit_futex_wait"),
+    ("futex_wake_enter", "sys_enter_futex_wake"),
+    ("futex_exit", "sys_exit_futex_wake"),
+    ("futex_waitv_enter", "sys_enter_futex_waitv"),
+    ("futex_exit", "sys_exit_futex_waitv"),
+    ("futex_requeue_enter", "sys_enter_futex_requeue"),
+    ("futex_exit", "sys_exit_futex_requeue"),
+    ("futex_restart_enter", "sys_enter_restart_syscall"),
+];
+/// Attached after the others, so that no restart is continued before its exit probe runs.
+pub const FUTEX_RESTART_EXIT: (&str, &str) = ("futex_restart_exit", "sys_exit_restart_syscall");
+
+/// Record user-space locks for these types (`None`: all types)?
+pub fn wants_futex(types: &Option<Vec<LockType>>) -> bool {
+    types
+        .as_ref()
+        .is_none_or(|ts| ts.iter().any(|t| t.is_user()))
+}
+
+#[derive(Default)]
+pub struct Futex {
+    wanted: bool,
+    cpus: u32,
+    /// The futex probes are attached (user-space locks are recorded).
+    pub enabled: bool,
+    /// Futex tracepoints this kernel lacks (not attached), e.g. `sys_enter_futex_waitv`.
+    pub missing: Vec<String>,
+    /// pthread lock attribution: waits unwound, and why some locks cannot be attributed.
+    pub pthread: PthreadProbes,
+    /// User-space lock types asked for (`None`: all).
+    types: Option<Vec<LockType>>,
+    /// User call sites of pthread locks: process maps kept past the processes' exits.
+    pub user_names: UserNames,
+    /// The gate was closed: the slow tracepoint release can wait for lockscope's exit.
+    gated: bool,
+}
+
+impl Futex {
+    /// Attach the futex syscall probes that this kernel has tracepoints for. Without the
+    /// futex(2) pair the family is skipped with a note (kernel locks are still
+    /// recorded); the futex2 syscalls and restart_syscall are optional (missing ones are
+    /// listed in `missing`).
+    fn attach_probes(&mut self, cx: &mut Attach<'_>) -> anyhow::Result<()> {
+        let tracefs = features::tracefs_path();
+        if let Some(tp) = ["sys_enter_futex", "sys_exit_futex"]
+            .into_iter()
+            .find(|tp| !features::tracepoint_exists(&tracefs, "syscalls", tp))
+        {
+            cx.notes.push(format!(
+                "user-space locks (futexes) are not traced: this kernel has no \
+                 syscalls:{tp} tracepoint (needs CONFIG_FTRACE_SYSCALLS); kernel locks are \
+                 recorded"
+            ));
+            return Ok(());
+        }
+        // The calls in flight are in the threads' storage, counted by a task iterator at
+        // each snapshot: loaded first, so that a kernel refusing it leaves nothing attached.
+        let it: &mut aya::programs::Iter = cx
+            .ebpf
+            .program_mut(FUTEX_TASK_ITER)
+            .ok_or_else(|| {
+                anyhow::anyhow!("program {FUTEX_TASK_ITER} missing from the eBPF object")
+            })?
+            .try_into()?;
+        if let Err(e) = it.load("task", cx.btf) {
+            cx.notes.push(format!(
+                "user-space locks (futexes) are not traced: the kernel refused the futex \
+                 probes' task iterator ({}); kernel locks are recorded",
+                error_chain(&e)
+            ));
+            return Ok(());
+        }
+        for (prog, tp) in FUTEX_PROGRAMS.into_iter().chain([FUTEX_RESTART_EXIT]) {
+            if !features::tracepoint_exists(&tracefs, "syscalls", tp) {
+                self.missing.push(tp.to_owned());
+                continue;
+            }
+            cx.links.attach_tracefs(cx.ebpf, prog, "syscalls", tp)?;
+        }
+        set_gate(cx.ebpf, true)?;
+        self.enabled = true;
+        Ok(())
+    }
+}
+
+impl Family for Futex {
+    fn name(&self) -> &'static str {
+        FUTEX
+    }
+
+    fn prepare(&mut self, cx: &mut Prepare<'_>) -> anyhow::Result<()> {
+        self.wanted = wants_futex(&cx.opts.types);
+        self.types = cx
+            .opts
+            .types
+            .as_ref()
+            .map(|ts| ts.iter().copied().filter(|t| t.is_user()).collect());
+        self.cpus = aya::util::nr_cpus().map(|n| n as u32).unwrap_or(1);
+        Ok(())
+    }
+
+    fn globals(&self, out: &mut Globals) {
+        out.map_sizes
+            .push(("FUTEX_STATS", futex_stats_entries(self.cpus)));
+        out.set("PTHREAD_CONFIG", &pthread_config(self.wanted));
+    }
+
+    fn attach(&mut self, cx: &mut Attach<'_>) -> anyhow::Result<()> {
+        if !self.wanted {
+            return Ok(());
+        }
+        if groups::switched_off(FUTEX) {
+            cx.notes.push(format!(
+                "futex: {}: user-space locks are not traced; kernel locks are recorded",
+                groups::SWITCHED_OFF
+            ));
+            return Ok(());
+        }
+        // The unwinding thread first, with the targets' maps and the C library read,
+        // so the first waits do not pile up in the ring buffer behind that work.
+        let pids = match &cx.opts.target {
+            Target::Pids(p) => p.clone(),
+            _ => Vec::new(),
+        };
+        self.pthread = PthreadProbes::start(cx.ebpf, &pids);
+        self.attach_probes(cx)?;
+        if !self.enabled {
+            self.pthread.detach();
+            self.pthread = PthreadProbes::default();
+        }
+        Ok(())
+    }
+
+    fn read(&self, cx: &mut Read<'_>) -> anyhow::Result<()> {
+        if self.enabled {
+            cx.raw.futex = read_futex(cx.ebpf, &mut cx.raw.comms)?;
+        }
+        cx.raw.futex.types = self.types.clone();
+        let p = &mut cx.raw.futex.pthread;
+        self.pthread.fill(p);
+        let keys: Vec<(u32, u64)> = p.sites.iter().map(|s| (s.key.tgid, s.key.site)).collect();
+        p.site_names = self.user_names.names(&keys);
+        Ok(())
+    }
+
+    fn build(&self, cx: &mut Build<'_>) -> anyhow::Result<()> {
+        let f = &cx.raw.futex;
+        cx.rec.futex_events = f
+            .enabled
+            .then(|| FutexEvents::from_snapshot(f, futex_type_filtered(f)));
+        Ok(())
+    }
+
+    fn stop(&mut self, ebpf: &mut Ebpf) {
+        self.gated = self.enabled && set_gate(ebpf, false).is_ok();
+    }
+
+    fn detach(&mut self, cx: &mut Detach<'_>) {
+        cx.links.release_tracefs(self.gated);
+        self.pthread.detach();
+    }
+
+    fn doctor_rows(&self, cx: &Doctor<'_>) {
+        futex_rows(cx.tracefs, cx.can_load);
+    }
+}
+
+/// Open or close the futex probes' gate.
+fn set_gate(ebpf: &mut Ebpf, on: bool) -> anyhow::Result<()> {
+    use anyhow::Context as _;
+    let mut gate: aya::maps::Array<_, u32> =
+        aya::maps::Array::try_from(ebpf.map_mut("FUTEX_GATE").context("FUTEX_GATE map")?)?;
+    gate.set(0, u32::from(on), 0)
+        .context("setting FUTEX_GATE")?;
+    Ok(())
+}
+
+/// The futex syscall probes (user-space locks) and what pthread attribution would need.
+fn futex_rows(tracefs: Option<&Path>, can_load: bool) {
+    let mut tried: Vec<(&str, Result<(), String>)> = Vec::new();
+    for (prog, tp) in FUTEX_PROGRAMS.into_iter().chain([FUTEX_RESTART_EXIT]) {
+        let exists = tracefs.is_some_and(|t| features::tracepoint_exists(t, "syscalls", tp));
+        let status = if groups::switched_off(FUTEX) {
+            Err(groups::SWITCHED_OFF.to_owned())
+        } else if !can_load {
+            Err("not tried: needs BTF and privileges".to_owned())
+        } else if !exists {
+            Err(format!(
+                "no syscalls:{tp} tracepoint in this kernel{}",
+                if tp.ends_with("_futex") {
+                    ": futexes cannot be traced"
+                } else {
+                    " (optional: those calls are not seen)"
+                }
+            ))
+        } else if let Some((_, r)) = tried.iter().find(|(p, _)| *p == prog) {
+            r.clone()
+        } else {
+            let r = try_load(prog, HookKind::TracePoint, tp);
+            tried.push((prog, r.clone()));
+            r
+        };
+        let (word, detail) = match status {
+            Ok(()) => ("available", format!("user-space locks ({prog})")),
+            Err(e) => ("missing", e),
+        };
+        println!("{tp:<26} {:<11} {word:<10} {detail}", "tracepoint");
+    }
+    pthread_row(can_load);
+}
+
+/// pthread attribution: waits unwound through the system C library's `.eh_frame`.
+fn pthread_row(can_load: bool) {
+    let row = |status: &str, detail: String| {
+        println!(
+            "{:<26} {:<11} {status:<10} {detail}",
+            "pthread attribution", "futex+unwind"
+        )
+    };
+    if !can_load {
+        return row("missing", "not tried: needs BTF and privileges".into());
+    }
+    let Some((path, shown)) = crate::probe::pthread::system_libc() else {
+        return row(
+            "missing",
+            "no shared C library found (lockscope and init map none): futex words are named \
+             by address"
+                .into(),
+        );
+    };
+    match crate::symbolize::unwind::check_library(&path) {
+        Ok(funcs) => row(
+            "available",
+            format!(
+                "{shown}: {} (at the futex syscall, only waits that block; statically linked \
+                 programs: futex words by address)",
+                funcs.join(", ")
+            ),
+        ),
+        Err(e) => row(
+            "missing",
+            format!("{shown}: {e}; futex words are named by address"),
+        ),
+    }
+}
