@@ -181,18 +181,8 @@ impl Session {
                 .duration_since(UNIX_EPOCH)
                 .map(|d| d.as_secs_f64())
                 .unwrap_or(0.0),
-            command_exit_code: None,
-            events: EventCounts::default(),
-            lost: Default::default(),
-            locks: Vec::new(),
-            timeline: None,
-            futex_events: None,
-            rwsem_events: None,
-            starvation_episodes: None,
-            latency_spikes: None,
-            rt_summary: None,
-            spin: None,
-            cgroups: None,
+            // The rest is the families' to fill.
+            ..Default::default()
         };
         let mut raw = crate::aggregate::RawSnapshot::default();
         let mut read = family::Read {

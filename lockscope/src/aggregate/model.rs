@@ -17,7 +17,7 @@ pub const SCHEMA: &str = "lockscope.report/2";
 /// Schema versions this lockscope reads: 1 (no timeline) and 2.
 pub const SCHEMA_VERSIONS: std::ops::RangeInclusive<u32> = 1..=2;
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Recording {
     pub schema: String,
     pub lockscope_version: String,
