@@ -194,6 +194,15 @@ pub const FUTEX_CALL_SHARED: u32 = 1;
 /// `pi_word` holds the futex word read at entry.
 pub const FUTEX_CALL_PI_WORD: u32 = 2;
 pub const FUTEX_CALL_PI_UNREADABLE: u32 = 4;
+/// `pi_word` holds the word 8 bytes past a FUTEX_WAIT's futex word, read at entry: a
+/// glibc mutex's `__owner` (the holder's TID) when the word is a mutex's `__lock`.
+pub const FUTEX_CALL_OWNER_WORD: u32 = 8;
+/// Where glibc's `pthread_mutex_t` keeps its holder's TID (`__data.__owner`), from its
+/// futex word (`__data.__lock`, at 0).
+pub const GLIBC_MUTEX_OWNER_OFFSET: u64 = 8;
+/// The wait's syscall site is one userspace found never to be a lock function's
+/// (`PTHREAD_SKIP`, checked at entry): it is counted, not sent for attribution.
+pub const FUTEX_CALL_SKIP_SITE: u32 = 16;
 
 /// A futex call in progress, per thread, from `sys_enter` to its final `sys_exit`.
 #[repr(C)]

@@ -83,9 +83,13 @@ pub struct PthreadWaitEvent {
     pub waited: u32,
     /// Bytes of `stack` copied from `sp` up (0: the stack could not be read).
     pub stack_len: u32,
+    /// The TID in the word 8 bytes past the futex word when the wait began (a glibc
+    /// mutex's `__owner`: its holder), 0 if unread; meaningful for mutex waits only.
+    pub owner: u32,
+    pub _pad: u32,
     pub stack: [u8; PTHREAD_STACK_BYTES],
 }
-assert_size!(PthreadWaitEvent, 56 + PTHREAD_STACK_BYTES);
+assert_size!(PthreadWaitEvent, 64 + PTHREAD_STACK_BYTES);
 
 /// A syscall site userspace found never to be a lock function's (outside the C library,
 /// or in its `syscall()` wrapper): the kernel skips waits made there without sending them.

@@ -38,17 +38,8 @@ fn the_long_holder_is_blamed_for_the_waits_of_the_other() {
         .into_iter()
         .find(|l| l["type"] == "rwsem:W")
         .unwrap_or_else(|| panic!("no rwsem:W mmap_lock entry for pid {pid}"));
-    let total = w["wait_total_ns"].as_u64().unwrap();
     assert!(w["contended"].as_u64().unwrap() >= 20, "{w}");
-    let owners = w["owners"]
-        .as_array()
-        .unwrap_or_else(|| panic!("no owners: {w}"));
-    let unknown = w["owner_unknown_wait_ns"].as_u64().unwrap();
-    let known: u64 = owners
-        .iter()
-        .map(|o| o["wait_total_ns"].as_u64().unwrap())
-        .sum::<u64>()
-        + w["owners_omitted_wait_ns"].as_u64().unwrap_or(0);
+    let (owners, known, unknown, total) = holder_split(w);
     // Every nanosecond of wait is either some holder's or unknown.
     assert_eq!(known + unknown, total, "{w}");
     assert!(
@@ -235,17 +226,8 @@ fn a_pipe_mutex_is_blamed_on_the_threads_that_hold_it() {
         .max_by_key(|l| l["contended"].as_u64())
         .unwrap_or_else(|| panic!("no contended mutex of pid {pid}"))
         .clone();
-    let total = m["wait_total_ns"].as_u64().unwrap();
     assert!(m["contended"].as_u64().unwrap() >= 100, "{m}");
-    let owners = m["owners"]
-        .as_array()
-        .unwrap_or_else(|| panic!("no owners: {m}"));
-    let unknown = m["owner_unknown_wait_ns"].as_u64().unwrap();
-    let known: u64 = owners
-        .iter()
-        .map(|o| o["wait_total_ns"].as_u64().unwrap())
-        .sum::<u64>()
-        + m["owners_omitted_wait_ns"].as_u64().unwrap_or(0);
+    let (owners, known, unknown, total) = holder_split(&m);
     assert_eq!(known + unknown, total, "{m}");
     // A mutex's owner word names its holder unless it was released as the wait began.
     assert!(

@@ -110,6 +110,30 @@ fn pthread_mutex_is_named_with_the_workloads_call_site() {
         sum_callers(l, "wait_total_ns"),
         l["wait_total_ns"].as_u64().unwrap()
     );
+    // Holders: glibc's `__owner` names, when each wait began, the worker thread holding
+    // the mutex. Every wait was unwound, so owners + unknown is the whole wait exactly;
+    // unknown are the waits that began just as the holder released (it clears `__owner`
+    // first).
+    let pid = l["pid"].as_u64().unwrap();
+    let (owners, known, unknown, total) = holder_split(l);
+    assert!(!owners.is_empty(), "{l:#}");
+    assert_eq!(known + unknown, total, "{l:#}");
+    assert!(
+        unknown as f64 <= 0.3 * total as f64,
+        "holder unknown for {unknown} of {total} ns: {l:#}"
+    );
+    for o in owners {
+        assert_eq!(o["pid"].as_u64(), Some(pid), "{o}");
+        assert_ne!(
+            o["tid"].as_u64(),
+            Some(pid),
+            "the main thread holds nothing: {o}"
+        );
+        assert!(
+            o["comm"].as_str().unwrap().starts_with("pthread-mutex-"),
+            "holder is no worker: {o}"
+        );
+    }
     // Attributed calls: the waits plus the EAGAIN returns on the word.
     let futex = &l["futex"];
     assert_eq!(

@@ -277,6 +277,23 @@ fn on_enter(uaddr: u64, cmd: u32, op: u32, waiters: u64, nr: u32, shared: bool) 
 
     let mut flags = if shared { FUTEX_CALL_SHARED } else { 0 };
     let mut pi_word = 0u32;
+    let tgid = (pid_tgid >> 32) as u32;
+    // A wait that may be a pthread lock's: is its site a known non-lock one (then
+    // nothing more is read), else the word a glibc mutex keeps its holder's TID in.
+    if (class == FUTEX_CLASS_WAIT || class == FUTEX_CLASS_LOCK_PI)
+        && crate::probes::pthread::enabled()
+    {
+        if crate::probes::pthread::skipped_site(tgid) {
+            flags |= FUTEX_CALL_SKIP_SITE;
+        } else if cmd == FUTEX_WAIT || cmd == FUTEX_WAIT_BITSET {
+            let owner = (uaddr + GLIBC_MUTEX_OWNER_OFFSET) as *const u32;
+            // SAFETY: a checked read: a bad address gives an error, never a fault.
+            if let Ok(w) = unsafe { bpf_probe_read_user(owner) } {
+                pi_word = w;
+                flags |= FUTEX_CALL_OWNER_WORD;
+            }
+        }
+    }
     if class == FUTEX_CLASS_LOCK_PI || class == FUTEX_CLASS_TRYLOCK_PI {
         // SAFETY: a checked read: a bad address gives an error, never a fault.
         match unsafe { bpf_probe_read_user(uaddr as *const u32) } {
@@ -291,7 +308,7 @@ fn on_enter(uaddr: u64, cmd: u32, op: u32, waiters: u64, nr: u32, shared: bool) 
         ts_ns: now,
         uaddr,
         waiters,
-        tgid: (pid_tgid >> 32) as u32,
+        tgid,
         cmd,
         op,
         nr,
@@ -362,8 +379,17 @@ fn on_exit(ret: i64, from_restart_syscall: bool) {
         FUTEX_OUTCOME_TIMEOUT | FUTEX_OUTCOME_INTERRUPTED => PTHREAD_WAIT_FAILED,
         _ => PTHREAD_NO_WAIT,
     };
+    if call.flags & FUTEX_CALL_SKIP_SITE != 0 {
+        crate::probes::pthread::count_skipped();
+        return;
+    }
+    let owner = if call.flags & FUTEX_CALL_OWNER_WORD != 0 {
+        call.pi_word & FUTEX_TID_MASK
+    } else {
+        0
+    };
     let wait_ns = now.saturating_sub(call.ts_ns);
-    crate::probes::pthread::send_wait(call.tgid, call.uaddr, wait_ns, waited);
+    crate::probes::pthread::send_wait(call.tgid, call.uaddr, wait_ns, waited, owner);
 }
 
 /// `FutexCall::ts_ns` of a call that is not timed (it cannot wait): non-zero, as 0 marks

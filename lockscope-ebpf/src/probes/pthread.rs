@@ -52,6 +52,29 @@ fn pcount(slot: u32) {
     }
 }
 
+/// Is attribution on?
+#[inline(always)]
+pub fn enabled() -> bool {
+    PTHREAD_CONFIG.load().enabled != 0
+}
+
+/// At a wait's entry: is the current thread's syscall site one userspace found never to
+/// be a lock function's? One word of the user registers and one lookup: a wait at such
+/// a site reads nothing more and is counted at its exit ([`count_skipped`]).
+#[inline(always)]
+pub fn skipped_site(tgid: u32) -> bool {
+    let ip = user_ip().unwrap_or(0);
+    let key = PthreadSkipKey { ip, tgid, _pad: 0 };
+    // SAFETY: a map lookup; the value is not used.
+    unsafe { PTHREAD_SKIP.get(key) }.is_some()
+}
+
+/// A wait at a skipped site ended (see [`skipped_site`]).
+#[inline(always)]
+pub fn count_skipped() {
+    pcount(PCNT_SKIPPED);
+}
+
 /// The user instruction pointer (the syscall site) alone.
 #[inline(always)]
 fn user_ip() -> Option<u64> {
@@ -101,20 +124,14 @@ fn user_regs() -> Option<(u64, u64, u64)> {
 /// `waited`: `PTHREAD_WAITED` / `PTHREAD_WAIT_FAILED` (then `wait_ns` is its wait time) or
 /// `PTHREAD_NO_WAIT`. Integers only: the arguments of an out-of-line function go into the
 /// object's BTF, which the kernel checks.
+/// `owner`: the TID in the word 8 bytes past the futex word at the wait's entry (a glibc
+/// mutex's `__owner`), 0 if unread.
 #[inline(never)]
-pub fn send_wait(tgid: u32, uaddr: u64, wait_ns: u64, waited: u32) {
-    if PTHREAD_CONFIG.load().enabled == 0 {
+pub fn send_wait(tgid: u32, uaddr: u64, wait_ns: u64, waited: u32, owner: u32) {
+    if !enabled() {
         return;
     }
-    // The syscall site first (one word): most waits at a known non-lock site stop here.
-    let ip = user_ip().unwrap_or(0);
-    let skip = PthreadSkipKey { ip, tgid, _pad: 0 };
-    // SAFETY: a map lookup; the value is not used.
-    if unsafe { PTHREAD_SKIP.get(skip) }.is_some() {
-        pcount(PCNT_SKIPPED);
-        return;
-    }
-    let (ip, sp, bp) = user_regs().unwrap_or((ip, 0, 0));
+    let (ip, sp, bp) = user_regs().unwrap_or((0, 0, 0));
     let Some(mut entry) = PTHREAD_EVENTS.reserve::<PthreadWaitEvent>(0) else {
         pcount(PCNT_LOST_RING_FULL);
         return;
@@ -131,6 +148,8 @@ pub fn send_wait(tgid: u32, uaddr: u64, wait_ns: u64, waited: u32) {
     ev.tgid = tgid;
     ev.tid = bpf_get_current_pid_tgid() as u32;
     ev.waited = waited;
+    ev.owner = owner;
+    ev._pad = 0;
     // SAFETY: user memory read through the helper, which faults safely.
     let copied =
         sp != 0 && unsafe { bpf_probe_read_user_buf(sp as *const u8, &mut ev.stack) }.is_ok();

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{
     WaitStats,
-    model::{CallerEntry, LockEntry, TaskEntry},
+    model::{CallerEntry, HOLDERS_PER_LOCK, Holders, LockEntry, TaskEntry},
     pthread::{
         PthreadEvents, PthreadLock, PthreadSite, PthreadSnapshot, attribution, pthread_lost,
         pthread_name,
@@ -286,6 +286,8 @@ pub fn build_futex_locks(s: &FutexSnapshot, comms: &HashMap<u32, String>) -> (Ve
     let mut seen: BTreeMap<(u32, u64), ()> = BTreeMap::new();
     let mut out = Vec::new();
     let mut sites: HashMap<(u32, u64), Vec<&PthreadSite>> = HashMap::new();
+    let comm = |pid: u32| comms.get(&pid).cloned().unwrap_or_default();
+    let mut owners = s.pthread.owners.entries(HOLDERS_PER_LOCK, &comm);
     for site in &s.pthread.sites {
         sites
             .entry((site.key.tgid, site.key.uaddr))
@@ -321,6 +323,16 @@ pub fn build_futex_locks(s: &FutexSnapshot, comms: &HashMap<u32, String>) -> (Ve
             FutexInfo::from_totals(t, in_progress, owner_comm.map(String::as_str)),
         );
         if let Some((_, lock, callers)) = pthread {
+            // A mutex's waits that slept, by the holder glibc's `__owner` named.
+            if lock.kind == "mutex" {
+                let (owners, omitted) = owners.remove(&(key.tgid, key.uaddr)).unwrap_or_default();
+                let known: u64 = owners.iter().map(|o| o.wait_total_ns).sum::<u64>() + omitted;
+                e.holders = Some(Holders {
+                    owner_unknown_wait_ns: e.stats.total_ns.saturating_sub(known),
+                    owners,
+                    owners_omitted_wait_ns: omitted,
+                });
+            }
             attribute(&mut e, lock, callers);
         }
         out.push(e);

@@ -51,7 +51,22 @@ pub struct TallyCounters {
 pub struct PthreadTally {
     pub sites: HashMap<PthreadSiteKey, PthreadSite>,
     pub counters: TallyCounters,
+    pub owners: PthreadOwners,
 }
+
+/// Mutex waits that slept, per (process, word), by the holder thread glibc's `__owner`
+/// named when each began: (waits, wait ns); and those holders' names.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PthreadOwners {
+    pub by_word: HashMap<(u32, u64), HashMap<u32, (u64, u64)>>,
+    /// Holder thread names, read while the threads lived.
+    pub comms: HashMap<u32, String>,
+}
+
+/// Holders kept per futex word; waits on holders past it are counted as omitted.
+pub const OWNERS_PER_WORD: usize = 256;
+/// The tid under which the waits on holders past [`OWNERS_PER_WORD`] are summed.
+const OWNERS_OMITTED: u32 = 0;
 
 /// The object a lock function's futex word belongs to. glibc's mutex waits on `__lock`,
 /// its first word; its rwlock (`__readers`, `__writers`, `__wrphase_futex`,
@@ -105,9 +120,43 @@ impl PthreadTally {
         }
     }
 
+    /// A mutex wait that slept for `wait_ns` (`waited`: `PTHREAD_*`) with `owner`
+    /// holding the mutex when it began (0: unknown; `__owner` is cleared just before
+    /// a release). Only mutex functions' waits: a rwlock keeps no owner there.
+    pub fn add_owner(
+        &mut self,
+        tgid: u32,
+        uaddr: u64,
+        func: u32,
+        waited: u32,
+        owner: u32,
+        wait_ns: u64,
+    ) {
+        if waited == PTHREAD_NO_WAIT || owner == 0 || pthread_fn_is_rwlock(func) {
+            return;
+        }
+        let by = self.owners.by_word.entry((tgid, uaddr)).or_default();
+        let tid = if by.contains_key(&owner) || by.len() < OWNERS_PER_WORD {
+            owner
+        } else {
+            OWNERS_OMITTED
+        };
+        let e = by.entry(tid).or_default();
+        e.0 += 1;
+        e.1 = e.1.saturating_add(wait_ns);
+    }
+
     /// Forget the sites of processes for which `gone` is true.
     pub fn forget(&mut self, gone: impl Fn(u32) -> bool) {
         self.sites.retain(|k, _| !gone(k.tgid));
+        let o = &mut self.owners;
+        o.by_word.retain(|&(tgid, _), _| !gone(tgid));
+        let live: std::collections::HashSet<u32> = o
+            .by_word
+            .values()
+            .flat_map(|by| by.keys().copied())
+            .collect();
+        o.comms.retain(|tid, _| live.contains(tid));
     }
 
     /// The sites with their lock objects worked out.
@@ -116,6 +165,43 @@ impl PthreadTally {
         infer_rwlock_objects(&mut v);
         v.sort_by_key(|s| s.key);
         v
+    }
+}
+
+impl PthreadOwners {
+    /// The holders of each word, longest total wait first: (holders, wait of those past
+    /// `keep`). Thread names from `comms`, else the process's (`comm`).
+    pub fn entries(
+        &self,
+        keep: usize,
+        comm: &dyn Fn(u32) -> String,
+    ) -> HashMap<(u32, u64), (Vec<super::model::HolderEntry>, u64)> {
+        self.by_word
+            .iter()
+            .map(|(&(tgid, uaddr), by)| {
+                let mut v: Vec<super::model::HolderEntry> = by
+                    .iter()
+                    .filter(|&(&tid, _)| tid != OWNERS_OMITTED)
+                    .map(|(&tid, &(n, ns))| super::model::HolderEntry {
+                        comm: self.comms.get(&tid).cloned().unwrap_or_else(|| comm(tgid)),
+                        pid: tgid,
+                        tid,
+                        contended: n,
+                        wait_total_ns: ns,
+                    })
+                    .collect();
+                v.sort_by(|a, b| {
+                    b.wait_total_ns
+                        .cmp(&a.wait_total_ns)
+                        .then(a.tid.cmp(&b.tid))
+                });
+                let mut omitted: u64 = by.get(&OWNERS_OMITTED).map_or(0, |&(_, ns)| ns);
+                if v.len() > keep {
+                    omitted += v.drain(keep..).map(|h| h.wait_total_ns).sum::<u64>();
+                }
+                ((tgid, uaddr), (v, omitted))
+            })
+            .collect()
     }
 }
 
@@ -162,6 +248,8 @@ pub struct PthreadSnapshot {
     /// C libraries unwound through, and notes on what cannot be attributed.
     pub libraries: Vec<String>,
     pub notes: Vec<String>,
+    /// Holders of the mutex words.
+    pub owners: PthreadOwners,
 }
 
 /// The pthread lock a futex word belongs to (the `"pthread"` object of its entry).
@@ -338,6 +426,47 @@ pub fn pthread_name(lock_type: LockType, p: &PthreadLock, comm: &str, pid: u32) 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn mutex_holders_are_tallied_per_word_and_ranked() {
+        let mut t = PthreadTally::default();
+        let m = PTHREAD_FN_MUTEX_LOCK;
+        t.add_owner(7, 0x10, m, PTHREAD_WAITED, 100, 50);
+        t.add_owner(7, 0x10, m, PTHREAD_WAIT_FAILED, 100, 30);
+        t.add_owner(7, 0x10, m, PTHREAD_WAITED, 101, 200);
+        // Not counted: no wait, no owner read, a rwlock's word.
+        t.add_owner(7, 0x10, m, PTHREAD_NO_WAIT, 100, 0);
+        t.add_owner(7, 0x10, m, PTHREAD_WAITED, 0, 999);
+        t.add_owner(7, 0x20, PTHREAD_FN_RWLOCK_WRLOCK, PTHREAD_WAITED, 100, 999);
+        t.owners.comms.insert(101, "worker-b".into());
+        let e = t.owners.entries(1, &|_| "proc".into());
+        let (owners, omitted) = &e[&(7, 0x10)];
+        assert_eq!(owners.len(), 1);
+        assert_eq!(
+            (owners[0].tid, owners[0].contended, owners[0].wait_total_ns),
+            (101, 1, 200)
+        );
+        assert_eq!((owners[0].pid, owners[0].comm.as_str()), (7, "worker-b"));
+        // The second holder is past `keep`: its wait is omitted, not lost.
+        assert_eq!(*omitted, 80);
+        assert!(!e.contains_key(&(7, 0x20)));
+        let all = t.owners.entries(8, &|_| "proc".into());
+        assert_eq!(all[&(7, 0x10)].0[1].comm, "proc");
+        t.forget(|tgid| tgid == 7);
+        assert!(t.owners.by_word.is_empty() && t.owners.comms.is_empty());
+    }
+
+    #[test]
+    fn holders_past_the_cap_of_a_word_are_summed_as_omitted() {
+        let mut t = PthreadTally::default();
+        for tid in 1..=(OWNERS_PER_WORD as u32 + 10) {
+            t.add_owner(7, 0x10, PTHREAD_FN_MUTEX_LOCK, PTHREAD_WAITED, tid, 1);
+        }
+        assert_eq!(t.owners.by_word[&(7, 0x10)].len(), OWNERS_PER_WORD + 1);
+        let e = t.owners.entries(usize::MAX, &|_| String::new());
+        let (owners, omitted) = &e[&(7, 0x10)];
+        assert_eq!((owners.len(), *omitted), (OWNERS_PER_WORD, 10));
+    }
 
     fn site(uaddr: u64, site: u64, func: u32, calls: u64, wait_ns: u64) -> PthreadSite {
         let mut s = PthreadStatsBuilder::default();

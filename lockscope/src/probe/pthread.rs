@@ -96,6 +96,7 @@ impl PthreadProbes {
             let (tally, libraries) = r.snapshot();
             p.sites = tally.sites();
             p.tally = tally.counters;
+            p.owners = tally.owners;
             p.libraries = libraries;
         }
     }

@@ -220,6 +220,18 @@ fn flush(
     }
     let mut s = shared.lock().unwrap_or_else(|e| e.into_inner());
     for (ev, a) in batch.drain(..) {
+        if let WaitAttribution::Lock { func, .. } = a {
+            s.tally
+                .add_owner(ev.tgid, ev.uaddr, func, ev.waited, ev.owner, ev.wait_ns);
+            // A holder's name, read once while it (likely) still runs.
+            let comms = &mut s.tally.owners.comms;
+            if ev.owner != 0
+                && !comms.contains_key(&ev.owner)
+                && let Some(c) = super::thread_comm(ev.tgid, ev.owner)
+            {
+                comms.insert(ev.owner, c);
+            }
+        }
         s.tally.add(ev.tgid, ev.uaddr, ev.wait_ns, ev.waited, a);
     }
     s.tally.counters.malformed += std::mem::take(malformed);

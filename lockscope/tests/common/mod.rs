@@ -77,6 +77,26 @@ pub fn hist_total(lock: &Value) -> u64 {
 }
 
 /// Lock entries of a recording whose owner is this process's mmap_lock.
+/// A lock entry's holders: (owners, wait they account for with the omitted ones, wait
+/// whose holder was unknown, the entry's total wait). Fails when the entry has none.
+pub fn holder_split(entry: &Value) -> (&Vec<Value>, u64, u64, u64) {
+    let owners = entry["owners"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no owners: {entry:#}"));
+    let known = owners
+        .iter()
+        .map(|o| o["wait_total_ns"].as_u64().unwrap())
+        .sum::<u64>()
+        + entry["owners_omitted_wait_ns"].as_u64().unwrap_or(0);
+    let unknown = entry["owner_unknown_wait_ns"].as_u64().unwrap();
+    (
+        owners,
+        known,
+        unknown,
+        entry["wait_total_ns"].as_u64().unwrap(),
+    )
+}
+
 pub fn mmap_lock_entries(rec: &Value, pid: Option<u64>) -> Vec<&Value> {
     rec["locks"]
         .as_array()
