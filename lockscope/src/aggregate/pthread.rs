@@ -135,7 +135,13 @@ impl PthreadTally {
         if waited == PTHREAD_NO_WAIT || owner == 0 || pthread_fn_is_rwlock(func) {
             return;
         }
-        let by = self.owners.by_word.entry((tgid, uaddr)).or_default();
+        let words = &mut self.owners.by_word;
+        // As many words as call sites are kept (each word has a site): bounded memory.
+        if !words.contains_key(&(tgid, uaddr)) && words.len() >= PTHREAD_SITES_MAX_ENTRIES as usize
+        {
+            return;
+        }
+        let by = words.entry((tgid, uaddr)).or_default();
         let tid = if by.contains_key(&owner) || by.len() < OWNERS_PER_WORD {
             owner
         } else {
