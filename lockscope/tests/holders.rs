@@ -248,3 +248,63 @@ fn a_pipe_mutex_is_blamed_on_the_threads_that_hold_it() {
         }
     }
 }
+
+/// A glibc mutex: the holder is read from its `__owner` when each wait begins. Two
+/// threads, one holding the mutex for 500 us at a time and never waiting for it: every
+/// wait is the other's, and its holder, the long one, is known for nearly all of it.
+#[test]
+fn a_glibc_mutex_is_blamed_on_its_long_holder() {
+    let _serial = serial();
+    let dir = scratch("mutex-holders");
+    let file = dir.join("rec.json");
+    let out = run_ok(lockscope().args(["record", "-o"]).arg(&file).args([
+        "--",
+        bin(),
+        "workload",
+        "mutex-holders",
+        "--seconds",
+        "2",
+    ]));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let (pid, long, short) = (
+        field(&stdout, "pid:"),
+        field(&stdout, "long_tid:"),
+        field(&stdout, "short_tid:"),
+    );
+    let lock = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("lock:"))
+        .unwrap_or_else(|| panic!("no lock in:\n{stdout}"))
+        .trim()
+        .to_owned();
+    let rec = read_json(&file);
+    let m = rec["locks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["addr"] == lock.as_str())
+        .unwrap_or_else(|| panic!("no entry for {lock}"));
+    assert_eq!(m["type"], "pthread-mutex", "{m}");
+    assert!(m["contended"].as_u64().unwrap() >= 20, "{m}");
+    let (owners, known, unknown, total) = holder_split(m);
+    assert_eq!(known + unknown, total, "{m}");
+    assert!(
+        unknown as f64 <= 0.05 * total as f64,
+        "holder unknown for {unknown} of {total} ns: {m}"
+    );
+    let top = &owners[0];
+    assert_eq!(top["tid"].as_u64(), Some(long), "{m}");
+    assert_eq!(top["pid"].as_u64(), Some(pid), "{m}");
+    assert_eq!(top["comm"], "holder-long", "{m}");
+    assert!(
+        top["wait_total_ns"].as_u64().unwrap() as f64 >= 0.9 * total as f64,
+        "the long holder holds only {} of {total} ns: {m}",
+        top["wait_total_ns"]
+    );
+    for o in owners {
+        assert!(
+            [long, short].contains(&o["tid"].as_u64().unwrap()),
+            "{o} is neither holder: {m}"
+        );
+    }
+}

@@ -18,6 +18,7 @@ mod futex_rwlock;
 mod futex_sys;
 mod handoff;
 mod holders;
+mod mutex_holders;
 mod pi_contend;
 mod pipe;
 mod pthread_mutex;
@@ -31,6 +32,7 @@ pub use futex_mutex::FutexMutexArgs;
 pub use futex_rwlock::FutexRwlockArgs;
 pub use handoff::MmapHandoffArgs;
 pub use holders::MmapHoldersArgs;
+pub use mutex_holders::MutexHoldersArgs;
 pub use pi_contend::PiContendArgs;
 pub use pipe::PipeMutexArgs;
 pub use pthread_mutex::PthreadMutexArgs;
@@ -176,6 +178,17 @@ pub enum Workload {
     /// pipe-reader threads as its holders. Prints the thread ids and bytes moved.
     #[command(verbatim_doc_comment)]
     PipeMutex(PipeMutexArgs),
+    /// Two threads on one glibc mutex, one holding it long, one briefly: every wait's
+    /// holder is known.
+    ///
+    /// holder-long takes the mutex with pthread_mutex_trylock in a loop (it never waits
+    /// in the kernel), holds it for --hold-us, then leaves it as long; holder-short
+    /// takes it over and over for a microsecond. Every wait is the short holder's,
+    /// behind the long one (glibc's __owner names it), so `lockscope report --by
+    /// owner` of a recording names holder-long for nearly all of the wait.
+    /// Prints the mutex's address, both thread ids and their operation counts.
+    #[command(verbatim_doc_comment)]
+    MutexHolders(MutexHoldersArgs),
     /// One thread calling getppid(2) in a loop, touching no lock: a benchmark bystander
     /// for what every system call pays while a tracer is attached.
     SyscallLoop(SyscallLoopArgs),
@@ -206,6 +219,7 @@ pub fn run(w: &Workload) -> anyhow::Result<()> {
         Workload::PtraceStorm(args) => ptrace_storm::run(args),
         Workload::MmapHolders(args) => holders::run(args),
         Workload::PipeMutex(args) => pipe::run(args),
+        Workload::MutexHolders(args) => mutex_holders::run(args),
         Workload::SyscallLoop(args) => syscall_loop::run(args),
         Workload::PiContend(args) => pi_contend::run(args),
     }

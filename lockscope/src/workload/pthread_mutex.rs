@@ -38,7 +38,7 @@ pub struct PthreadMutexArgs {
     pub json: bool,
 }
 
-pub struct Mutex(UnsafeCell<libc::pthread_mutex_t>);
+pub struct Mutex(pub UnsafeCell<libc::pthread_mutex_t>);
 // SAFETY: a pthread mutex is made to be shared between threads; it is only used through
 // pthread_mutex_lock/unlock and never moves (it lives in an Arc).
 unsafe impl Sync for Mutex {}
