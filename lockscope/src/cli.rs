@@ -202,6 +202,11 @@ pub struct RecordArgs {
 pub struct ReportArgs {
     /// A recording written by `lockscope record -o FILE`.
     pub file: PathBuf,
+    /// Name user call sites recorded as `file+0xoffset` (a stripped program) from the
+    /// program's debug file or an unstripped copy in this directory (DIR/FILE.debug,
+    /// else DIR/FILE).
+    #[arg(long, value_name = "DIR")]
+    pub debug_dir: Option<PathBuf>,
     /// Write the report to this file instead of standard output.
     #[arg(short = 'o', long = "output", value_name = "FILE")]
     pub output: Option<PathBuf>,

@@ -427,6 +427,17 @@ fn a_stripped_programs_call_sites_are_file_and_offset() {
     let _serial = serial();
     let dir = scratch("pthread-stripped");
     let exe = compile_contender(&dir, "contend-stripped", &[]);
+    // Before stripping: an unstripped copy, and a debug file as distributions ship them.
+    let (copy, debug) = (dir.join("copy"), dir.join("debug"));
+    std::fs::create_dir_all(&copy).unwrap();
+    std::fs::create_dir_all(&debug).unwrap();
+    std::fs::copy(&exe, copy.join("contend-stripped")).unwrap();
+    run_ok(
+        Command::new("objcopy")
+            .arg("--only-keep-debug")
+            .arg(&exe)
+            .arg(debug.join("contend-stripped.debug")),
+    );
     run_ok(Command::new("strip").arg(&exe));
     let (file, out) = record_program(&dir, &exe);
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -445,5 +456,29 @@ fn a_stripped_programs_call_sites_are_file_and_offset() {
             .strip_prefix("contend-stripped+0x")
             .unwrap_or_else(|| panic!("not file+offset: {name}"));
         assert!(u64::from_str_radix(off, 16).is_ok(), "{name}");
+    }
+    // `report --debug-dir` names them from either: the C worker that took the mutex.
+    for d in [&copy, &debug] {
+        let out = run_ok(
+            lockscope()
+                .args(["report", "--format", "json", "--debug-dir"])
+                .arg(d)
+                .arg(&file),
+        );
+        let named: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let l = locks(&named)
+            .iter()
+            .find(|l| l["addr"] == addr.as_str())
+            .unwrap();
+        for c in l["callers"].as_array().unwrap() {
+            let name = c["caller"].as_str().unwrap();
+            assert!(name.starts_with("worker+0x"), "{name} from {}", d.display());
+            assert_eq!(c["stack"][1], name, "{c}");
+        }
+        assert!(
+            out.stderr.is_empty(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
 }

@@ -9,7 +9,23 @@ use crate::{aggregate::Recording, cli::ReportArgs, sink::report::render};
 pub fn run(args: ReportArgs) -> anyhow::Result<ExitCode> {
     let text = std::fs::read_to_string(&args.file)
         .with_context(|| format!("cannot read {}", args.file.display()))?;
-    let rec = Recording::from_json(&text).with_context(|| format!("{}", args.file.display()))?;
+    let mut rec =
+        Recording::from_json(&text).with_context(|| format!("{}", args.file.display()))?;
+    if let Some(dir) = &args.debug_dir {
+        if !dir.is_dir() {
+            anyhow::bail!("--debug-dir {}: not a directory", dir.display());
+        }
+        let done = crate::symbolize::debugdir::resolve(&mut rec, dir);
+        if done.unnamed > 0 {
+            eprintln!(
+                "lockscope: note: {} of {} call sites of files in {} have no symbol there \
+                 either",
+                done.unnamed,
+                done.named + done.unnamed,
+                dir.display()
+            );
+        }
+    }
     if args.view.by == crate::aggregate::rows::GroupBy::Cgroup && rec.cgroups.is_none() {
         anyhow::bail!(
             "{} has no cgroups: it was recorded by a lockscope before cgroup attribution \

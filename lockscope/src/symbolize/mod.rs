@@ -2,6 +2,7 @@
 //! user call sites over the mapped ELF files.
 
 pub mod cgroup;
+pub mod debugdir;
 pub mod unwind;
 pub mod user;
 

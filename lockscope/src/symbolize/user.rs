@@ -102,18 +102,24 @@ impl UserNames {
             let offsets: Vec<u64> = wanted.iter().map(|(_, off, _)| *off).collect();
             let src = Source::Elf(Elf {
                 debug_syms: false,
-                ..Elf::new(file)
+                ..Elf::new(file.clone())
             });
             let results = self
                 .symbolizer
                 .symbolize(&src, Input::FileOffset(&offsets))
                 .unwrap_or_default();
+            let mut elf: Option<Option<Vec<u8>>> = None;
             for (i, (site, off, module)) in wanted.iter().enumerate() {
-                // No symbol (a stripped binary): the file and offset, which its debug
-                // file resolves later (`addr2line -e FILE.debug OFFSET`).
+                // No symbol (a stripped binary): the file and the address in it, which its
+                // debug file names later (`addr2line -e FILE.debug ADDR`, `report
+                // --debug-dir`); the file offset if the file cannot be read.
                 let name = match results.get(i) {
                     Some(Symbolized::Sym(s)) => frame_text(&s.name, s.offset as u64),
-                    _ => frame_text(module, *off),
+                    _ => {
+                        let data = elf.get_or_insert_with(|| std::fs::read(&file).ok());
+                        let addr = data.as_deref().and_then(|d| elf_address(d, *off));
+                        frame_text(module, addr.unwrap_or(*off))
+                    }
                 };
                 names.insert(*site, Some(name));
             }
@@ -123,6 +129,17 @@ impl UserNames {
             .filter_map(|s| names.get(s).cloned().flatten().map(|n| (*s, n)))
             .collect()
     }
+}
+
+/// The address in the ELF file (`p_vaddr`-based, as symbol tables and debug files use)
+/// of file offset `off`, from the loadable segment that holds it.
+fn elf_address(data: &[u8], off: u64) -> Option<u64> {
+    use object::{Object as _, ObjectSegment as _};
+    let file = object::File::parse(data).ok()?;
+    file.segments().find_map(|s| {
+        let (start, len) = s.file_range();
+        (off >= start && off - start < len).then(|| s.address() + (off - start))
+    })
 }
 
 /// The file name a frame without a symbol is shown by (`memcached`, `libfoo.so.1`).
