@@ -93,6 +93,23 @@ pub fn run() -> anyhow::Result<ExitCode> {
         },
     );
 
+    // A release-side contention tracepoint (a 2026 series for lock:): the hold time of a
+    // contended lock and its holder's release stack would come from it. Not used yet.
+    let release = btf
+        .as_ref()
+        .is_ok_and(|b| b.has_type("btf_trace_contended_release"));
+    push(
+        "release",
+        release,
+        if release {
+            "lock:contended_release present (holders' hold times: not used yet)".into()
+        } else {
+            "no lock:contended_release tracepoint: holders' hold times under contention \
+             and release stacks need it (not in this kernel)"
+                .into()
+        },
+    );
+
     for c in &checks {
         println!(
             "{:<11} {:<4} {}",
