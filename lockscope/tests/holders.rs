@@ -1,11 +1,27 @@
-//! Lock holders: a workload of two writers on one mmap_lock, one holding it long and one
-//! briefly, knows who held the lock during every wait. The recording must name a holder
-//! for nearly all the wait time, blame the long holder for most of it, and name it by
-//! its thread; `report --by owner` must rank it first.
+//! Lock holders and names, against workloads that know them: who held a rwsem
+//! (`mmap-holders`), a kernel mutex (`pipe-mutex`) and a glibc mutex (`mutex-holders`)
+//! during each wait, by thread; a thread's `pi_lock` and each CPU's runqueue lock named.
 
 mod common;
 
+use std::path::PathBuf;
+
 use common::*;
+
+/// `record -o` of `lockscope workload ARGS` in scratch directory `name`: (the
+/// workload's stdout, the recording, its file).
+fn record_workload(name: &str, args: &[&str]) -> (String, serde_json::Value, PathBuf) {
+    let file = scratch(name).join("rec.json");
+    let out = run_ok(
+        lockscope()
+            .args(["record", "-o"])
+            .arg(&file)
+            .args(["--", bin(), "workload"])
+            .args(args),
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    (stdout, read_json(&file), file)
+}
 
 fn field(stdout: &str, key: &str) -> u64 {
     stdout
@@ -17,23 +33,12 @@ fn field(stdout: &str, key: &str) -> u64 {
 #[test]
 fn the_long_holder_is_blamed_for_the_waits_of_the_other() {
     let _serial = serial();
-    let dir = scratch("holders");
-    let file = dir.join("rec.json");
-    let out = run_ok(lockscope().args(["record", "-o"]).arg(&file).args([
-        "--",
-        bin(),
-        "workload",
-        "mmap-holders",
-        "--seconds",
-        "2",
-    ]));
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    let (stdout, rec, file) = record_workload("holders", &["mmap-holders", "--seconds", "2"]);
     let (pid, long, short) = (
         field(&stdout, "pid:"),
         field(&stdout, "long_tid:"),
         field(&stdout, "short_tid:"),
     );
-    let rec = read_json(&file);
     let w = mmap_lock_entries(&rec, Some(pid))
         .into_iter()
         .find(|l| l["type"] == "rwsem:W")
@@ -85,19 +90,8 @@ fn the_long_holder_is_blamed_for_the_waits_of_the_other() {
 #[test]
 fn a_threads_pi_lock_is_named_for_the_thread() {
     let _serial = serial();
-    let dir = scratch("pi-thread-name");
-    let file = dir.join("rec.json");
-    let out = run_ok(lockscope().args(["record", "-o"]).arg(&file).args([
-        "--",
-        bin(),
-        "workload",
-        "pi-contend",
-        "--seconds",
-        "1",
-    ]));
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    let (stdout, rec, _) = record_workload("pi-thread-name", &["pi-contend", "--seconds", "1"]);
     let victim = field(&stdout, "victim_tid:");
-    let rec = read_json(&file);
     let name = format!("pi_lock of pi-victim[{victim}]");
     let entry = rec["locks"]
         .as_array()
@@ -192,17 +186,7 @@ fn runqueue_locks_are_named_for_their_cpu() {
 #[test]
 fn a_pipe_mutex_is_blamed_on_the_threads_that_hold_it() {
     let _serial = serial();
-    let dir = scratch("pipe-holders");
-    let file = dir.join("rec.json");
-    let out = run_ok(lockscope().args(["record", "-o"]).arg(&file).args([
-        "--",
-        bin(),
-        "workload",
-        "pipe-mutex",
-        "--seconds",
-        "2",
-    ]));
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    let (stdout, rec, _) = record_workload("pipe-holders", &["pipe-mutex", "--seconds", "2"]);
     let pid = field(&stdout, "pid:");
     let reader = field(&stdout, "reader_tid:");
     let writers: Vec<u64> = stdout
@@ -212,7 +196,6 @@ fn a_pipe_mutex_is_blamed_on_the_threads_that_hold_it() {
         .split_whitespace()
         .map(|t| t.parse().unwrap())
         .collect();
-    let rec = read_json(&file);
     let m = rec["locks"]
         .as_array()
         .unwrap()
@@ -255,17 +238,7 @@ fn a_pipe_mutex_is_blamed_on_the_threads_that_hold_it() {
 #[test]
 fn a_glibc_mutex_is_blamed_on_its_long_holder() {
     let _serial = serial();
-    let dir = scratch("mutex-holders");
-    let file = dir.join("rec.json");
-    let out = run_ok(lockscope().args(["record", "-o"]).arg(&file).args([
-        "--",
-        bin(),
-        "workload",
-        "mutex-holders",
-        "--seconds",
-        "2",
-    ]));
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    let (stdout, rec, _) = record_workload("mutex-holders", &["mutex-holders", "--seconds", "2"]);
     let (pid, long, short) = (
         field(&stdout, "pid:"),
         field(&stdout, "long_tid:"),
@@ -277,7 +250,6 @@ fn a_glibc_mutex_is_blamed_on_its_long_holder() {
         .unwrap_or_else(|| panic!("no lock in:\n{stdout}"))
         .trim()
         .to_owned();
-    let rec = read_json(&file);
     let m = rec["locks"]
         .as_array()
         .unwrap()

@@ -63,36 +63,53 @@ pub fn run(args: &MmapHoldersArgs) -> anyhow::Result<()> {
     // SAFETY: as above.
     unsafe { std::ptr::write_bytes(short.as_ptr(), 1, page) };
 
+    let step = move |i: usize| -> anyhow::Result<()> {
+        let (map, len) = if i == 0 {
+            (long.as_ptr(), long_len)
+        } else {
+            (short.as_ptr(), page)
+        };
+        toggle(map, len).context("mprotect")
+    };
+    run_pair("mmap-holders", args.seconds, None, args.json, step)
+}
+
+/// Run the two holder threads, `holder-long` (`step(0)` in a loop) and `holder-short`
+/// (`step(1)`), until `seconds` pass, and print their thread ids and operation counts
+/// (with `lock`'s address first when given) as `key: value` lines or one JSON object.
+pub(super) fn run_pair(
+    workload: &str,
+    seconds: f64,
+    lock: Option<usize>,
+    json: bool,
+    step: impl Fn(usize) -> anyhow::Result<()> + Send + Sync + 'static,
+) -> anyhow::Result<()> {
+    let step = Arc::new(step);
     let stop = Arc::new(AtomicBool::new(false));
     let ops = [Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0))];
     let tids = [Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0))];
     let mut handles = Vec::new();
     for (i, name) in ["holder-long", "holder-short"].into_iter().enumerate() {
-        let (stop, ops, tid) = (stop.clone(), ops[i].clone(), tids[i].clone());
-        let (map, len) = if i == 0 {
-            (long.clone(), long_len)
-        } else {
-            (short.clone(), page)
-        };
+        let (stop, ops, tid, step) = (stop.clone(), ops[i].clone(), tids[i].clone(), step.clone());
         handles.push(
             std::thread::Builder::new()
                 .name(name.into())
                 .spawn(move || -> anyhow::Result<()> {
                     tid.store(gettid() as u64, Ordering::Relaxed);
                     while !stop.load(Ordering::Relaxed) {
-                        toggle(map.as_ptr(), len).context("mprotect")?;
+                        step(i)?;
                         ops.fetch_add(1, Ordering::Relaxed);
                     }
                     Ok(())
                 })
-                .context("spawning mmap-holders thread")?,
+                .with_context(|| format!("spawning {workload} thread"))?,
         );
     }
     let (elapsed, err) = sys::run_then_join(
-        Duration::from_secs_f64(args.seconds),
+        Duration::from_secs_f64(seconds),
         &stop,
         handles,
-        "mmap-holders thread",
+        &format!("{workload} thread"),
     );
     if let Some(e) = err {
         return Err(e);
@@ -100,15 +117,19 @@ pub fn run(args: &MmapHoldersArgs) -> anyhow::Result<()> {
     let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
     let (lt, st) = (get(&tids[0]), get(&tids[1]));
     let (lo, so) = (get(&ops[0]), get(&ops[1]));
-    if args.json {
+    let pid = std::process::id();
+    if json {
+        let lock = lock.map_or(String::new(), |a| format!(",\"lock\":\"{a:#x}\""));
         println!(
-            "{{\"workload\":\"mmap-holders\",\"pid\":{},\"long_tid\":{lt},\"short_tid\":{st},\
-             \"long_ops\":{lo},\"short_ops\":{so},\"elapsed_s\":{:.3}}}",
-            std::process::id(),
+            "{{\"workload\":\"{workload}\",\"pid\":{pid}{lock},\"long_tid\":{lt},\
+             \"short_tid\":{st},\"long_ops\":{lo},\"short_ops\":{so},\"elapsed_s\":{:.3}}}",
             elapsed.as_secs_f64()
         );
     } else {
-        println!("pid: {}", std::process::id());
+        println!("pid: {pid}");
+        if let Some(a) = lock {
+            println!("lock: {a:#x}");
+        }
         println!("long_tid: {lt}");
         println!("short_tid: {st}");
         println!("long_ops: {lo}");

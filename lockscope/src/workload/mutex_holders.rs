@@ -5,10 +5,9 @@
 
 use std::cell::UnsafeCell;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, bail};
+use anyhow::bail;
 
 use super::{pthread_mutex::Mutex, sys};
 
@@ -24,11 +23,6 @@ pub struct MutexHoldersArgs {
     /// Print the summary as one JSON object instead of `key: value` lines.
     #[arg(long)]
     pub json: bool,
-}
-
-fn gettid() -> u64 {
-    // SAFETY: a syscall without arguments.
-    unsafe { libc::gettid() as u64 }
 }
 
 fn spin_for(d: Duration) {
@@ -70,60 +64,16 @@ pub fn run(args: &MutexHoldersArgs) -> anyhow::Result<()> {
     let _signals = sys::StopSignals::install()?;
     let m = Arc::new(Mutex(UnsafeCell::new(libc::PTHREAD_MUTEX_INITIALIZER)));
     let addr = m.0.get() as usize;
-    let stop = Arc::new(AtomicBool::new(false));
-    let ops = [Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0))];
-    let tids = [Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0))];
     let long_hold = Duration::from_micros(args.hold_us);
-    let mut handles = Vec::new();
-    for (i, name) in ["holder-long", "holder-short"].into_iter().enumerate() {
-        let (stop, ops, tid, m) = (stop.clone(), ops[i].clone(), tids[i].clone(), m.clone());
-        handles.push(
-            std::thread::Builder::new()
-                .name(name.into())
-                .spawn(move || -> anyhow::Result<()> {
-                    tid.store(gettid(), Ordering::Relaxed);
-                    while !stop.load(Ordering::Relaxed) {
-                        if i == 0 {
-                            hold_mutex_spinning(&m, long_hold);
-                            // A gap as long as a hold: the short holder gets its turns.
-                            spin_for(long_hold);
-                        } else {
-                            hold_mutex(&m, Duration::from_micros(1));
-                        }
-                        ops.fetch_add(1, Ordering::Relaxed);
-                    }
-                    Ok(())
-                })
-                .context("spawning mutex-holders thread")?,
-        );
-    }
-    let (elapsed, err) = sys::run_then_join(
-        Duration::from_secs_f64(args.seconds),
-        &stop,
-        handles,
-        "mutex-holders thread",
-    );
-    if let Some(e) = err {
-        return Err(e);
-    }
-    let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
-    let (lt, st) = (get(&tids[0]), get(&tids[1]));
-    let (lo, so) = (get(&ops[0]), get(&ops[1]));
-    if args.json {
-        println!(
-            "{{\"workload\":\"mutex-holders\",\"pid\":{},\"lock\":\"{addr:#x}\",\"long_tid\":{lt},\
-             \"short_tid\":{st},\"long_ops\":{lo},\"short_ops\":{so},\"elapsed_s\":{:.3}}}",
-            std::process::id(),
-            elapsed.as_secs_f64()
-        );
-    } else {
-        println!("pid: {}", std::process::id());
-        println!("lock: {addr:#x}");
-        println!("long_tid: {lt}");
-        println!("short_tid: {st}");
-        println!("long_ops: {lo}");
-        println!("short_ops: {so}");
-        println!("elapsed: {}", sys::fmt_secs(elapsed));
-    }
-    Ok(())
+    let step = move |i: usize| -> anyhow::Result<()> {
+        if i == 0 {
+            hold_mutex_spinning(&m, long_hold);
+            // A gap as long as a hold: the short holder gets its turns.
+            spin_for(long_hold);
+        } else {
+            hold_mutex(&m, Duration::from_micros(1));
+        }
+        Ok(())
+    };
+    super::holders::run_pair("mutex-holders", args.seconds, Some(addr), args.json, step)
 }
