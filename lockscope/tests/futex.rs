@@ -10,17 +10,8 @@ use serde_json::Value;
 
 /// Record a workload; returns its summary, its output and the recording.
 fn record(name: &str, args: &[&str]) -> (BTreeMap<String, String>, String, Value) {
-    let dir = scratch(name);
-    let file = dir.join("f.json");
-    let out = run_ok(
-        lockscope()
-            .args(["record", "-o"])
-            .arg(&file)
-            .args(["--", bin(), "workload"])
-            .args(args),
-    );
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    (summary(&stdout), stdout, read_json(&file))
+    let (stdout, rec, _) = record_workload_file(name, args);
+    (summary(&stdout), stdout, rec)
 }
 
 /// Record a workload; returns its summary, the recording's entry for its lock (the one

@@ -4,24 +4,7 @@
 
 mod common;
 
-use std::path::PathBuf;
-
 use common::*;
-
-/// `record -o` of `lockscope workload ARGS` in scratch directory `name`: (the
-/// workload's stdout, the recording, its file).
-fn record_workload(name: &str, args: &[&str]) -> (String, serde_json::Value, PathBuf) {
-    let file = scratch(name).join("rec.json");
-    let out = run_ok(
-        lockscope()
-            .args(["record", "-o"])
-            .arg(&file)
-            .args(["--", bin(), "workload"])
-            .args(args),
-    );
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    (stdout, read_json(&file), file)
-}
 
 fn field(stdout: &str, key: &str) -> u64 {
     stdout
@@ -33,7 +16,7 @@ fn field(stdout: &str, key: &str) -> u64 {
 #[test]
 fn the_long_holder_is_blamed_for_the_waits_of_the_other() {
     let _serial = serial();
-    let (stdout, rec, file) = record_workload("holders", &["mmap-holders", "--seconds", "2"]);
+    let (stdout, rec, file) = record_workload_file("holders", &["mmap-holders", "--seconds", "2"]);
     let (pid, long, short) = (
         field(&stdout, "pid:"),
         field(&stdout, "long_tid:"),
@@ -90,7 +73,8 @@ fn the_long_holder_is_blamed_for_the_waits_of_the_other() {
 #[test]
 fn a_threads_pi_lock_is_named_for_the_thread() {
     let _serial = serial();
-    let (stdout, rec, _) = record_workload("pi-thread-name", &["pi-contend", "--seconds", "1"]);
+    let (stdout, rec, _) =
+        record_workload_file("pi-thread-name", &["pi-contend", "--seconds", "1"]);
     let victim = field(&stdout, "victim_tid:");
     let name = format!("pi_lock of pi-victim[{victim}]");
     let entry = rec["locks"]
@@ -186,7 +170,7 @@ fn runqueue_locks_are_named_for_their_cpu() {
 #[test]
 fn a_pipe_mutex_is_blamed_on_the_threads_that_hold_it() {
     let _serial = serial();
-    let (stdout, rec, _) = record_workload("pipe-holders", &["pipe-mutex", "--seconds", "2"]);
+    let (stdout, rec, _) = record_workload_file("pipe-holders", &["pipe-mutex", "--seconds", "2"]);
     let pid = field(&stdout, "pid:");
     let reader = field(&stdout, "reader_tid:");
     let writers: Vec<u64> = stdout
@@ -238,7 +222,8 @@ fn a_pipe_mutex_is_blamed_on_the_threads_that_hold_it() {
 #[test]
 fn a_glibc_mutex_is_blamed_on_its_long_holder() {
     let _serial = serial();
-    let (stdout, rec, _) = record_workload("mutex-holders", &["mutex-holders", "--seconds", "2"]);
+    let (stdout, rec, _) =
+        record_workload_file("mutex-holders", &["mutex-holders", "--seconds", "2"]);
     let (pid, long, short) = (
         field(&stdout, "pid:"),
         field(&stdout, "long_tid:"),

@@ -77,6 +77,21 @@ pub fn hist_total(lock: &Value) -> u64 {
 }
 
 /// Lock entries of a recording whose owner is this process's mmap_lock.
+/// `lockscope record -o FILE -- lockscope workload ARGS` in scratch directory `name`:
+/// (the workload's stdout, the recording, its file).
+pub fn record_workload_file(name: &str, args: &[&str]) -> (String, Value, PathBuf) {
+    let file = scratch(name).join("rec.json");
+    let out = run_ok(
+        lockscope()
+            .args(["record", "-o"])
+            .arg(&file)
+            .args(["--", bin(), "workload"])
+            .args(args),
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    (stdout, read_json(&file), file)
+}
+
 /// A lock entry's holders: (owners, wait they account for with the omitted ones, wait
 /// whose holder was unknown, the entry's total wait). Fails when the entry has none.
 pub fn holder_split(entry: &Value) -> (&Vec<Value>, u64, u64, u64) {
