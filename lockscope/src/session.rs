@@ -190,6 +190,7 @@ impl Session {
             raw: &mut raw,
             wait_task: Vec::new(),
             deep_episodes: None,
+            spin: None,
             lost: &mut rec.lost,
             names: &self.names,
             detail: self.detail,
@@ -197,7 +198,7 @@ impl Session {
         for f in self.families.all() {
             f.read(&mut read)?;
         }
-        let (wait_task, deep_episodes) = (read.wait_task, read.deep_episodes);
+        let (wait_task, deep_episodes, spin) = (read.wait_task, read.deep_episodes, read.spin);
         rec.events = EventCounts::from_counters(&raw.counters, raw.in_progress);
         let mut comms = with_proc_comms(&raw.comms, &raw);
         for (k, _) in &wait_task {
@@ -214,6 +215,7 @@ impl Session {
             detail: self.detail,
             wait_task: &wait_task,
             deep_episodes: &deep_episodes,
+            spin: &spin,
             comms: &comms,
             rec: &mut rec,
         };

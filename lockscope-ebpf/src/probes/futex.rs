@@ -3,18 +3,20 @@
 //! `futex_requeue`), plus `restart_syscall`, which continues an interrupted timed wait.
 //!
 //! A call is kept in its thread's task storage (`FUTEX_CALLS`) from its entry to its
-//! final exit and then aggregated per (process, futex word) in `FUTEX_STATS`: calls by command, wait time
-//! of blocking calls (log2 histogram), EAGAIN, timeouts, interruptions, tasks woken and
-//! requeued, and for PI futexes the owner TID found in the futex word at entry.
+//! final exit and then aggregated per (process, futex word) in `FUTEX_STATS`: calls by
+//! command, wait time of blocking calls (log2 histogram), EAGAIN, timeouts,
+//! interruptions, tasks woken and requeued, and for PI futexes the owner TID found in the
+//! futex word at entry.
 //!
 //! Restarts: a call that leaves with `-ERESTARTSYS`/`-ERESTARTNOINTR`/`-ERESTARTNOHAND`
 //! is kept and resumed when the same thread re-enters the same call; one that leaves with
 //! `-ERESTART_RESTARTBLOCK` is resumed by `restart_syscall`. If the thread makes another
 //! futex call instead, the old one was interrupted (counted so).
 //!
-//! The hot path is one target check, one timestamp and one task-storage lookup at entry,
-//! and one task-storage lookup and one per-CPU aggregate update at exit: no hash and no
-//! lock on the way (a thread's storage is found from the thread). Tasks we do not trace
+//! The hot path is one target check and one task-storage lookup at entry (a timestamp
+//! only for a call that can wait; for a wait, the syscall-site check of pthread
+//! attribution), and one task-storage lookup and one per-CPU aggregate update at exit:
+//! no hash of calls and no lock on the way (a thread's storage is found from the thread). Tasks we do not trace
 //! cost a target check at entry and one empty task-storage lookup at exit.
 
 use aya_ebpf::{

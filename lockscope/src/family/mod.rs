@@ -1,7 +1,8 @@
 //! The probe families: each kind of event lockscope records is one module implementing
 //! [`Family`], from what it needs of the kernel to what it adds to a recording, and
 //! [`Families`] is the registry that the loader (`probe::loader`), the session, and
-//! `doctor` iterate. The report sections a family's data gets are in `sink::sections`.
+//! `doctor` iterate. The report sections a family's data gets are in
+//! `sink::report::SECTIONS`.
 //!
 //! A family's life, each step in registry order:
 //!
@@ -30,7 +31,9 @@ use std::collections::{BTreeMap, HashMap};
 use aya::{Btf, Ebpf};
 
 use crate::{
-    aggregate::{RawSnapshot, Recording, recording::Detail, rt::StarvationEpisode},
+    aggregate::{
+        RawSnapshot, Recording, recording::Detail, rt::StarvationEpisode, spin::SpinSnapshot,
+    },
     probe::{
         LoadOptions,
         btf::{KernelBtf, KernelOffsets},
@@ -157,6 +160,8 @@ pub struct Read<'a> {
     pub wait_task: Vec<(lockscope_common::WaitTaskKey, u64)>,
     /// The deep spinlock tier's starvation episodes, decoded (`None`: the tier is off).
     pub deep_episodes: Option<Vec<StarvationEpisode>>,
+    /// The deep spinlock tier's maps (`None`: the tier is off).
+    pub spin: Option<SpinSnapshot>,
     pub lost: &'a mut BTreeMap<String, u64>,
     pub names: &'a KernelNames,
     pub detail: Detail,
@@ -170,6 +175,7 @@ pub struct Build<'a> {
     pub detail: Detail,
     pub wait_task: &'a [(lockscope_common::WaitTaskKey, u64)],
     pub deep_episodes: &'a Option<Vec<StarvationEpisode>>,
+    pub spin: &'a Option<SpinSnapshot>,
     /// Process names: the probes', then `/proc` for the pids other families name.
     pub comms: &'a HashMap<u32, String>,
     pub rec: &'a mut Recording,

@@ -4,10 +4,7 @@
 
 use std::sync::Mutex;
 
-use aya::Ebpf;
-use lockscope_common::RT_COUNTERS_LEN;
-
-use super::{Attach, Build, Doctor, Family, Read};
+use super::{Attach, Build, Doctor, Family};
 use crate::{
     aggregate::{
         correlate::{cyclictest_spikes, parse_cyclictest},
@@ -20,6 +17,7 @@ use crate::{
     },
     source::rt::{RtDrain, read_open_bursts, read_rt_counters, retain_recent},
 };
+use aya::Ebpf;
 
 #[derive(Default)]
 pub struct RealTime {
@@ -31,7 +29,6 @@ pub struct RealTime {
     start_ktime_ns: u64,
     /// cyclictest's own output (text, pid) when it was the traced command.
     cyclictest: Mutex<Option<(String, u32)>>,
-    counters: Mutex<[u64; RT_COUNTERS_LEN as usize]>,
 }
 
 impl RealTime {
@@ -83,15 +80,11 @@ impl Family for RealTime {
         Ok(())
     }
 
-    fn read(&self, cx: &mut Read<'_>) -> anyhow::Result<()> {
-        let counters = read_rt_counters(cx.ebpf)?;
-        cx.lost.extend(rt_lost(&counters));
-        *self.counters.lock().unwrap_or_else(|e| e.into_inner()) = counters;
-        Ok(())
-    }
-
-    /// Spikes, episodes and the summary, when the real-time probes time wakeups.
+    /// Spikes, episodes and the summary, when the real-time probes time wakeups (the
+    /// counters' losses always: the pi-lock proxy counts there too).
     fn build(&self, cx: &mut Build<'_>) -> anyhow::Result<()> {
+        let counters = read_rt_counters(cx.ebpf)?;
+        cx.rec.lost.extend(rt_lost(&counters));
         let (Some(opts), Some(drain)) = (self.opts, &self.drain) else {
             return Ok(());
         };
@@ -118,7 +111,6 @@ impl Family for RealTime {
                 .cloned()
                 .or_else(|| crate::source::process_comm(pid))
         };
-        let counters = *self.counters.lock().unwrap_or_else(|e| e.into_inner());
         let input = RtInput {
             events: &events,
             counters: &counters,

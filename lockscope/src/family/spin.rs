@@ -2,16 +2,12 @@
 //! (fentry/fexit, else kprobe/kretprobe, on the queued-spinlock slowpath and
 //! `_raw_spin_(un)lock*`) and the in-kernel starvation detector.
 
-use std::sync::Mutex;
-
 use aya::Ebpf;
 use lockscope_common::{NAME_PI_LOCK, SpinConfig, SpinParams};
 
 use super::{Attach, Build, Detach, Doctor, Family, Globals, Prepare, Read};
 use crate::{
-    aggregate::spin::{
-        SpinSnapshot, deep_entries, episodes, merge_entries, summary, unavailable_summary,
-    },
+    aggregate::spin::{deep_entries, episodes, merge_entries, summary, unavailable_summary},
     probe::{
         groups::{self, SPIN_DEEP},
         spin::{SpinTier, spin_config, write_params},
@@ -25,8 +21,6 @@ pub struct Spin {
     /// Why the tier cannot run here, found before the load.
     unavailable: Option<String>,
     pub tier: SpinTier,
-    /// The snapshot read last, for `build`.
-    snap: Mutex<Option<SpinSnapshot>>,
 }
 
 impl Spin {
@@ -80,24 +74,23 @@ impl Family for Spin {
         cx.deep_episodes = Some(episodes(&snap, cx.names, cx.lost));
         // Every episode that arrived is in this snapshot; keep only the latest for the next.
         tier.keep_latest(cx.detail.episodes);
-        *self.snap.lock().unwrap_or_else(|e| e.into_inner()) = Some(snap);
+        cx.spin = Some(snap);
         Ok(())
     }
 
     /// The tier's entries merged into the lock table, and its summary.
     fn build(&self, cx: &mut Build<'_>) -> anyhow::Result<()> {
         let tier = &self.tier;
-        let snap = self.snap.lock().unwrap_or_else(|e| e.into_inner()).take();
-        let summary = match snap.filter(|_| tier.active()) {
+        let summary = match cx.spin {
             None => {
                 let why = tier.unavailable.as_deref().unwrap_or("not attached");
                 unavailable_summary(why, tier.hook_tiers())
             }
             Some(snap) => {
                 let hold_ok = tier.hold_unavailable.is_none();
-                merge_entries(&mut cx.rec.locks, deep_entries(&snap, cx.names, hold_ok));
+                merge_entries(&mut cx.rec.locks, deep_entries(snap, cx.names, hold_ok));
                 summary(
-                    &snap,
+                    snap,
                     tier.hook_tiers(),
                     tier.hold_unavailable.as_deref(),
                     &tier.params,

@@ -189,14 +189,12 @@ impl Attached {
     ) -> anyhow::Result<()> {
         let mut links = Vec::new();
         let mut loaded = Vec::new();
-        let short = |e: &dyn std::error::Error| anyhow!(error_chain(e));
-        let mut result = Ok(());
-        for &(name, kind) in progs {
-            let Some(prog) = ebpf.program_mut(name) else {
-                result = Err(anyhow!("program {name} missing from the eBPF object"));
-                break;
-            };
-            let r: anyhow::Result<()> = (|| {
+        let mut each = || -> anyhow::Result<()> {
+            let short = |e: &dyn std::error::Error| anyhow!(error_chain(e));
+            for &(name, kind) in progs {
+                let prog = ebpf
+                    .program_mut(name)
+                    .ok_or_else(|| anyhow!("program {name} missing from the eBPF object"))?;
                 match kind {
                     ProgKind::FEntry => {
                         let p: &mut FEntry = prog.try_into()?;
@@ -225,33 +223,27 @@ impl Attached {
                         }
                     }
                 }
-                Ok(())
-            })();
-            if let Err(e) = r {
-                result = Err(e);
-                break;
+            }
+            Ok(())
+        };
+        let result = each();
+        if result.is_ok() {
+            self.loaded.extend(loaded);
+            self.kprobe_links.extend(links);
+            return Ok(());
+        }
+        // All or none: undo this set's links and loads.
+        for (name, id) in links {
+            if let Some(p) = ebpf.program_mut(name)
+                && let Ok(p) = <&mut KProbe>::try_from(p)
+            {
+                let _ = p.detach(id);
             }
         }
-        match result {
-            Ok(()) => {
-                self.loaded.extend(loaded);
-                self.kprobe_links.extend(links);
-                Ok(())
-            }
-            Err(e) => {
-                for (name, id) in links {
-                    if let Some(p) = ebpf.program_mut(name)
-                        && let Ok(p) = <&mut KProbe>::try_from(p)
-                    {
-                        let _ = p.detach(id);
-                    }
-                }
-                for (name, kind) in loaded {
-                    unload(ebpf, name, kind);
-                }
-                Err(e)
-            }
+        for (name, kind) in loaded {
+            unload(ebpf, name, kind);
         }
+        result
     }
 
     /// Detach and unload everything (maps stay readable).

@@ -63,7 +63,7 @@ pub fn read_futex(ebpf: &Ebpf, comms: &mut HashMap<u32, String>) -> anyhow::Resu
                 .thread_comms
                 .get(&key.tgid)
                 .cloned()
-                .or_else(|| proc_comm(&format!("/proc/{}/comm", key.tgid)))
+                .or_else(|| super::process_comm(key.tgid))
                 .unwrap_or_default();
             e.insert(name);
         }
@@ -71,21 +71,14 @@ pub fn read_futex(ebpf: &Ebpf, comms: &mut HashMap<u32, String>) -> anyhow::Resu
     // PI owners not seen making a PI call: ask /proc while the thread lives.
     for (key, t) in &snap.stats {
         let tid = t.counts.pi_owner_tid as u32;
-        if tid != 0 && !snap.thread_comms.contains_key(&tid) {
-            let path = format!("/proc/{}/task/{tid}/comm", key.tgid);
-            if let Some(name) = proc_comm(&path) {
-                snap.thread_comms.insert(tid, name);
-            }
+        if tid != 0
+            && !snap.thread_comms.contains_key(&tid)
+            && let Some(name) = super::thread_comm(key.tgid, tid)
+        {
+            snap.thread_comms.insert(tid, name);
         }
     }
     Ok(snap)
-}
-
-/// A thread's or process's current name from /proc (`path`), when it still runs.
-pub(super) fn proc_comm(path: &str) -> Option<String> {
-    std::fs::read_to_string(path)
-        .ok()
-        .map(|s| s.trim_end().to_owned())
 }
 
 /// Counts the futex calls in flight (each thread's `FUTEX_CALLS` storage).

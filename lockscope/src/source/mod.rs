@@ -119,14 +119,21 @@ pub fn read_holders(ebpf: &Ebpf) -> anyhow::Result<Vec<(HolderKey, HolderStats)>
     })
 }
 
+/// A thread's or process's current name from /proc (`path`), when it still runs.
+fn proc_comm(path: &str) -> Option<String> {
+    std::fs::read_to_string(path)
+        .ok()
+        .map(|s| s.trim_end().to_owned())
+}
+
 /// A live process's name (`/proc/PID/comm`).
 pub fn process_comm(pid: u32) -> Option<String> {
-    futex::proc_comm(&format!("/proc/{pid}/comm"))
+    proc_comm(&format!("/proc/{pid}/comm"))
 }
 
 /// A live thread's name (`/proc/PID/task/TID/comm`).
 pub fn thread_comm(tgid: u32, tid: u32) -> Option<String> {
-    futex::proc_comm(&format!("/proc/{tgid}/task/{tid}/comm"))
+    proc_comm(&format!("/proc/{tgid}/task/{tid}/comm"))
 }
 
 /// The contention probes' aggregates: counters, waits, lock names, process names,

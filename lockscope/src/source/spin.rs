@@ -22,8 +22,6 @@ fn stats(ebpf: &Ebpf, name: &str) -> anyhow::Result<Vec<(ContentionKey, WaitStat
     Ok(out)
 }
 
-use super::futex::proc_comm;
-
 /// The deep spinlock tier's maps, with the episode records its ring buffer gave so far
 /// (and how many were malformed).
 pub fn read_spin(
@@ -60,7 +58,7 @@ pub fn read_spin(
         }
     }
     for w in snap.watched.values() {
-        if let Some(c) = proc_comm(&format!("/proc/{}/task/{}/comm", w.tgid, w.tid)) {
+        if let Some(c) = super::thread_comm(w.tgid, w.tid) {
             snap.task_comms.insert(w.tid, c);
         }
     }
@@ -68,7 +66,7 @@ pub fn read_spin(
     tgids.extend(snap.waits.iter().map(|(k, _)| k.tgid));
     tgids.extend(snap.holds.iter().map(|(k, _)| k.tgid));
     for tgid in tgids {
-        if let Some(c) = proc_comm(&format!("/proc/{tgid}/comm")) {
+        if let Some(c) = super::process_comm(tgid) {
             snap.comms.insert(tgid, c);
         }
     }
