@@ -96,6 +96,16 @@ pub const LOCK_KIND_SIGLOCK: u32 = 2;
 pub const LOCK_KIND_PI_LOCK: u32 = 3;
 /// The spinlock guarding an `mmap_lock`'s wait list (`rw_semaphore.wait_lock`).
 pub const LOCK_KIND_MMAP_WAIT_LOCK: u32 = 4;
+/// A field of a slab object: `LockInfo::cache` names the cache (`bpf_get_kmem_cache`),
+/// `object` is the object's address and `offset` the lock's place in it.
+pub const LOCK_KIND_SLAB: u32 = 5;
+/// The split page-table lock of a page-table page (`ptdesc.ptl`, the page's type checked
+/// as the kernel's `PageTable()` does); `object` is the page's `struct page`, and
+/// `tgid`/`comm` are the waiter's (whose mm, by inference, the table belongs to).
+pub const LOCK_KIND_PAGE_TABLE: u32 = 6;
+
+/// A slab cache's name as the kernel spells it (`kmem_cache.name`), NUL-padded.
+pub const CACHE_NAME_LEN: usize = 32;
 
 /// Per-lock identity found in the kernel at `contention_begin`: the lock is a field of the
 /// waiter's own `mm_struct`, `sighand_struct` or `task_struct`.
@@ -111,9 +121,62 @@ pub struct LockInfo {
     pub comm: [u8; 16],
     /// For a `pi_lock`: the thread whose lock it is (0: not known).
     pub tid: u32,
-    pub _pad: u32,
+    /// `LOCK_KIND_SLAB` with `has_ident`: the identity word's offset in the object.
+    pub ident_off: u32,
+    /// `LOCK_KIND_SLAB`: the object holding the lock; `LOCK_KIND_PAGE_TABLE`: the page.
+    pub object: u64,
+    /// `LOCK_KIND_SLAB` with `has_ident`: the object's identity word (an inode's `i_ino`),
+    /// read where `CACHE_IDENTS` gave its offset for the cache.
+    pub ident: u64,
+    /// `LOCK_KIND_SLAB`: the lock's offset in the object.
+    pub offset: u32,
+    /// `IDENT_*`.
+    pub has_ident: u32,
+    /// `LOCK_KIND_SLAB`: the cache's name.
+    pub cache: [u8; CACHE_NAME_LEN],
 }
-assert_size!(LockInfo, 32);
+assert_size!(LockInfo, 88);
+
+/// `LockInfo::has_ident`: the object has no identity word lockscope reads.
+pub const IDENT_NONE: u32 = 0;
+/// `LockInfo::has_ident`: `ident` is the identity of the one object seen at the address.
+pub const IDENT_ONE: u32 = 1;
+/// `LockInfo::has_ident`: later waits found another object at the address (freed and
+/// reused): `ident` is the first one's, and the name says so.
+pub const IDENT_REUSED: u32 = 2;
+
+/// Where dynamic locks can be named (the `SLAB_CONFIG` global): offsets from BTF.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SlabConfig {
+    /// `PLACE_*` bits: what is named.
+    pub kinds: u32,
+    pub page_size: u32,
+    pub off_cache_name: u32,
+    pub off_cache_size: u32,
+    pub off_cache_oo: u32,
+    pub off_cache_red_left_pad: u32,
+    pub off_ptdesc_ptl: u32,
+    pub off_page_type: u32,
+    /// `PGTY_table`: the top byte of a page-table page's `page_type`.
+    pub page_type_table: u32,
+    /// `sizeof(struct page)`.
+    pub page_struct_size: u32,
+}
+assert_size!(SlabConfig, 40);
+
+/// `SlabConfig::kinds`: slab objects (the `bpf_get_kmem_cache` kfunc is there).
+pub const PLACE_SLAB: u32 = 1;
+/// `SlabConfig::kinds`: page-table pages.
+pub const PLACE_PAGE_TABLE: u32 = 2;
+
+/// The placeholder helper number of a call the loader rewrites into a call of the kernel
+/// function `bpf_get_kmem_cache` (Linux 6.13+), or into `r0 = 0` where the kernel lacks it.
+pub const KFUNC_GET_KMEM_CACHE: i32 = 0x4b4d_4301;
+
+/// Slab caches whose objects' identity word lockscope reads, by name: the value is the
+/// word's offset in the object.
+pub const CACHE_IDENTS_MAX_ENTRIES: u32 = 64;
 
 /// A wait in progress, kept from `contention_begin` to `contention_end`.
 #[repr(C)]
@@ -376,6 +439,8 @@ mod pod {
     unsafe impl aya::Pod for ContentionStats {}
     // SAFETY: repr(C) integers and arrays of them with explicit padding fields: every bit pattern is a value.
     unsafe impl aya::Pod for LockInfo {}
+    // SAFETY: repr(C) u32 fields only.
+    unsafe impl aya::Pod for SlabConfig {}
     // SAFETY: repr(C) integers and arrays of them with explicit padding fields: every bit pattern is a value.
     unsafe impl aya::Pod for ProbeConfig {}
     // SAFETY: repr(C) integers and arrays of them with explicit padding fields: every bit pattern is a value.

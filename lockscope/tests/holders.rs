@@ -201,6 +201,17 @@ fn a_pipe_mutex_is_blamed_on_the_threads_that_hold_it() {
         unknown as f64 <= 0.2 * total as f64,
         "holder unknown for {unknown} of {total} ns: {m}"
     );
+    // The pipe is in a general slab cache: its type is inferred from the functions
+    // that contend it, and marked so.
+    let name = m["name"].as_str().unwrap();
+    if has_kmem_cache_kfunc() {
+        assert!(
+            name.starts_with("&kmalloc") && name.ends_with(" ~pipe_inode_info.mutex"),
+            "{name}"
+        );
+    } else {
+        assert!(name.starts_with("0x"), "{name}");
+    }
     for o in owners {
         let tid = o["tid"].as_u64().unwrap();
         assert_eq!(o["pid"].as_u64(), Some(pid), "{o} in {m}");
@@ -263,5 +274,58 @@ fn a_glibc_mutex_is_blamed_on_its_long_holder() {
             [long, short].contains(&o["tid"].as_u64().unwrap()),
             "{o} is neither holder: {m}"
         );
+    }
+}
+
+/// Does this kernel have the kfunc that names slab objects' locks (Linux 6.13+)?
+fn has_kmem_cache_kfunc() -> bool {
+    std::fs::read_to_string("/proc/kallsyms")
+        .unwrap()
+        .lines()
+        .any(|l| l.ends_with(" bpf_get_kmem_cache"))
+}
+
+/// A lock in a slab object of a known type is named by its cache, its field and the
+/// object: a file's inode lock by the inode number the workload prints.
+#[test]
+fn a_files_inode_lock_is_named_by_its_inode() {
+    let _serial = serial();
+    let (stdout, rec, _) = record_workload_file("file-write", &["file-write", "--seconds", "2"]);
+    let (pid, inode) = (field(&stdout, "pid:"), field(&stdout, "inode:"));
+    let locks = rec["locks"].as_array().unwrap();
+    let of_pid = |l: &&serde_json::Value| {
+        l["tasks"]
+            .as_array()
+            .is_some_and(|t| t.iter().any(|t| t["pid"].as_u64() == Some(pid)))
+    };
+    let w = locks
+        .iter()
+        .filter(|l| l["type"] == "rwsem:W")
+        .filter(of_pid)
+        .max_by_key(|l| l["contended"].as_u64())
+        .unwrap_or_else(|| panic!("no contended rwsem:W of pid {pid}"));
+    assert!(w["contended"].as_u64().unwrap() >= 20, "{w}");
+    let name = w["name"].as_str().unwrap();
+    if !has_kmem_cache_kfunc() {
+        assert!(name.starts_with("0x"), "{name}");
+        return;
+    }
+    assert_eq!(
+        name,
+        format!("&shmem_inode_cache vfs_inode.i_rwsem (inode {inode})")
+    );
+    // The rwsem's own wait-list spinlock, where it was contended, is the same inode's.
+    for l in locks
+        .iter()
+        .filter(|l| l["type"] == "spinlock")
+        .filter(of_pid)
+    {
+        let n = l["name"].as_str().unwrap();
+        if n.contains("i_rwsem") {
+            assert_eq!(
+                n,
+                format!("&shmem_inode_cache vfs_inode.i_rwsem.wait_lock (inode {inode})")
+            );
+        }
     }
 }

@@ -10,14 +10,14 @@
 //! and a log2 histogram.
 
 use aya_ebpf::{
-    EbpfContext as _,
+    EbpfContext as _, Global,
     bindings::BPF_NOEXIST,
     helpers::{
         bpf_get_current_pid_tgid, bpf_get_current_task, bpf_get_stack, bpf_ktime_get_ns,
-        bpf_probe_read_kernel,
+        bpf_probe_read_kernel, bpf_probe_read_kernel_str_bytes,
     },
     macros::{btf_tracepoint, map},
-    maps::{LruHashMap, LruPerCpuHashMap, PerCpuArray},
+    maps::{HashMap, LruHashMap, LruPerCpuHashMap, PerCpuArray},
     programs::BtfTracePointContext,
 };
 use lockscope_common::*;
@@ -64,6 +64,31 @@ static STACKS: LruHashMap<u64, StackFrames> = LruHashMap::with_max_entries(STACK
 /// userspace names a lock at one of these addresses `rq_lock cpu N`.
 #[map]
 static RQ_LOCKS: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
+
+/// Where dynamic locks are named (`name_dynamic_lock`); set by the loader.
+#[unsafe(no_mangle)]
+static SLAB_CONFIG: Global<SlabConfig> = Global::new(SlabConfig {
+    kinds: 0,
+    page_size: 4096,
+    off_cache_name: 0,
+    off_cache_size: 0,
+    off_cache_oo: 0,
+    off_cache_red_left_pad: 0,
+    off_ptdesc_ptl: 0,
+    off_page_type: 0,
+    page_type_table: 0,
+    page_struct_size: 64,
+});
+
+/// Slab caches whose objects carry an identity word (an inode's number), by cache name:
+/// the word's offset in the object. Filled by userspace from BTF.
+#[map]
+static CACHE_IDENTS: HashMap<[u8; CACHE_NAME_LEN], u32> =
+    HashMap::with_max_entries(CACHE_IDENTS_MAX_ENTRIES, 0);
+
+/// A lock's identity being built (too big for the BPF stack of the deepest chain).
+#[map]
+static INFO_SCRATCH: PerCpuArray<LockInfo> = PerCpuArray::with_max_entries(1, 0);
 
 /// Per-CPU stack walk budget (see `ProbeConfig::stack_cost_ns`).
 #[map]
@@ -374,8 +399,16 @@ fn kernel_stack(ctx: &BtfTracePointContext) -> u64 {
 /// `pi_lock`, with the owning process, the first time we see it contended.
 #[inline(always)]
 fn name_lock(cfg: &ProbeConfig, lock: u64) {
-    // SAFETY: a map value, only read, before the program returns.
-    if unsafe { LOCK_INFO.get(lock) }.is_some() {
+    if let Some(info) = LOCK_INFO.get_ptr_mut(lock) {
+        // SAFETY: a live map value, used before the program returns; a racing writer
+        // can only set the same flag.
+        let info = unsafe { &mut *info };
+        // An object with an identity word: still the same object at this address?
+        if info.has_ident == IDENT_ONE
+            && read_kernel(info.object + info.ident_off as u64) != info.ident
+        {
+            info.has_ident = IDENT_REUSED;
+        }
         return;
     }
     // SAFETY: a BPF helper without pointer arguments.
@@ -404,8 +437,8 @@ fn name_lock(cfg: &ProbeConfig, lock: u64) {
             if sighand != 0 && lock == sighand + cfg.off_sighand_siglock as u64 {
                 LOCK_KIND_SIGLOCK
             } else {
-                if kinds & NAME_PI_LOCK != 0 {
-                    name_other_task_pi_lock(lock);
+                if !(kinds & NAME_PI_LOCK != 0 && name_other_task_pi_lock(lock)) {
+                    name_dynamic_lock(lock);
                 }
                 return;
             }
@@ -421,13 +454,29 @@ fn name_lock(cfg: &ProbeConfig, lock: u64) {
     } else {
         (0, current_process_comm(cfg))
     };
-    let info = LockInfo {
+    remember_lock(lock, kind, (pid_tgid >> 32) as u32, comm, tid);
+}
+
+/// Store a task-structure lock's identity (built in the per-CPU scratch).
+#[inline(always)]
+fn remember_lock(lock: u64, kind: u32, tgid: u32, comm: [u8; 16], tid: u32) {
+    let Some(info) = INFO_SCRATCH.get_ptr_mut(0) else {
+        return;
+    };
+    // SAFETY: a live map value (per-CPU: this CPU's), used before the program returns.
+    let info = unsafe { &mut *info };
+    *info = LockInfo {
         kind,
-        tgid: (pid_tgid >> 32) as u32,
+        tgid,
         comm,
         tid,
-        _pad: 0,
+        ..LockInfo::default()
     };
+    insert_lock_info(lock, info);
+}
+
+#[inline(always)]
+fn insert_lock_info(lock: u64, info: &LockInfo) {
     if let Err(e) = LOCK_INFO.insert(lock, info, BPF_NOEXIST as u64)
         && e != -17
     {
@@ -439,10 +488,96 @@ fn name_lock(cfg: &ProbeConfig, lock: u64) {
 /// A spinlock at `task + offsetof(pi_lock)` of a task the task set confirms is alive
 /// (the waiter is someone else: a waker, a tracer) is that task's `pi_lock`.
 #[inline(never)]
-fn name_other_task_pi_lock(lock: u64) {
-    if let Some((task, _)) = crate::probes::rt::pi_lock_task(lock) {
-        name_task_pi_lock(task);
+fn name_other_task_pi_lock(lock: u64) -> bool {
+    match crate::probes::rt::pi_lock_task(lock) {
+        Some((task, _)) => {
+            name_task_pi_lock(task);
+            true
+        }
+        None => false,
     }
+}
+
+/// A lock in no structure of the waiter's: a field of a slab object (its cache from
+/// `bpf_get_kmem_cache`, its object from the cache's slab order and object size), or a
+/// page-table page's `ptl` (the page's type checked as `PageTable()` does). Runs only
+/// for a lock not named yet, on the contended path.
+#[inline(never)]
+fn name_dynamic_lock(lock: u64) {
+    let sc = SLAB_CONFIG.load();
+    let Some(info) = INFO_SCRATCH.get_ptr_mut(0) else {
+        return;
+    };
+    // SAFETY: a live map value (per-CPU: this CPU's), used before the program returns.
+    let info = unsafe { &mut *info };
+    let cache = if sc.kinds & PLACE_SLAB != 0 {
+        kmem_cache_of(lock)
+    } else {
+        0
+    };
+    if cache != 0 {
+        let size = read_u32(cache + sc.off_cache_size as u64) as u64;
+        let order = read_u32(cache + sc.off_cache_oo as u64) >> 16;
+        let red = read_u32(cache + sc.off_cache_red_left_pad as u64) as u64;
+        if size == 0 || order > 10 {
+            return;
+        }
+        // Slab pages are allocated by order, so aligned to their size.
+        let slab = lock & !(((sc.page_size as u64) << order) - 1);
+        let rel = lock - slab;
+        if rel < red {
+            return;
+        }
+        let offset = (rel - red) % size;
+        *info = LockInfo {
+            kind: LOCK_KIND_SLAB,
+            object: lock - offset,
+            offset: offset as u32,
+            ..LockInfo::default()
+        };
+        let name = read_kernel(cache + sc.off_cache_name as u64);
+        // SAFETY: a checked read: a bad address gives an error, never a fault.
+        if unsafe { bpf_probe_read_kernel_str_bytes(name as *const u8, &mut info.cache) }.is_err() {
+            return;
+        }
+        // SAFETY: a map value, only read, before the program returns.
+        if let Some(off) = unsafe { CACHE_IDENTS.get(info.cache) } {
+            info.ident_off = *off;
+            info.ident = read_kernel(info.object + *off as u64);
+            info.has_ident = IDENT_ONE;
+        }
+    } else if sc.kinds & PLACE_PAGE_TABLE != 0 {
+        let page = lock - sc.off_ptdesc_ptl as u64;
+        if !page.is_multiple_of(sc.page_struct_size as u64)
+            || read_u32(page + sc.off_page_type as u64) >> 24 != sc.page_type_table
+        {
+            return;
+        }
+        let pid_tgid = bpf_get_current_pid_tgid();
+        *info = LockInfo {
+            kind: LOCK_KIND_PAGE_TABLE,
+            tgid: (pid_tgid >> 32) as u32,
+            comm: current_process_comm(&CONFIG.load()),
+            object: page,
+            ..LockInfo::default()
+        };
+    } else {
+        return;
+    }
+    insert_lock_info(lock, info);
+}
+
+/// `bpf_get_kmem_cache(addr)`: the slab cache of a kernel address, 0 when it is none.
+/// The call is to a placeholder helper number the loader rewrites into the kernel
+/// function's call (or into `r0 = 0` where the kernel has no such function).
+#[inline(always)]
+fn kmem_cache_of(addr: u64) -> u64 {
+    // SAFETY: the helper-call idiom (a call to a constant address is a BPF call
+    // instruction with that number); the loader makes it a kfunc call taking one u64.
+    let f: unsafe extern "C" fn(u64) -> u64 =
+        unsafe { core::mem::transmute(KFUNC_GET_KMEM_CACHE as usize) };
+    // SAFETY: as above; the kernel function accepts any address.
+    unsafe { f(addr) }
 }
 
 /// Name `task`'s `pi_lock` after the thread (`task` is a live task pointer), or after
@@ -473,18 +608,7 @@ pub fn name_task_pi_lock(task: u64) {
     } else {
         [0; 16]
     };
-    let info = LockInfo {
-        kind: LOCK_KIND_PI_LOCK,
-        tgid,
-        comm,
-        tid,
-        _pad: 0,
-    };
-    if let Err(e) = LOCK_INFO.insert(lock, info, BPF_NOEXIST as u64)
-        && e != -17
-    {
-        count(CNT_LOST_LOCK_INFO);
-    }
+    remember_lock(lock, LOCK_KIND_PI_LOCK, tgid, comm, tid);
 }
 
 #[inline(always)]

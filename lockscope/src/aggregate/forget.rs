@@ -203,7 +203,7 @@ mod tests {
             tgid,
             comm: [0; 16],
             tid: 0,
-            _pad: 0,
+            ..LockInfo::default()
         };
         let raw = RawSnapshot {
             stats: [

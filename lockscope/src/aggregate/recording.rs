@@ -13,13 +13,18 @@ use super::{
     WaitStats,
     futex::{FutexSnapshot, build_futex_locks, futex_lost},
 };
-use crate::decode::{LockOwner, LockType};
+use crate::decode::{
+    LockOwner, LockType,
+    place::{LockTypes, place_name},
+};
 
 /// Everything read from the kernel maps at one moment, CPUs already summed.
 #[derive(Debug, Clone, Default)]
 pub struct RawSnapshot {
     pub stats: Vec<(ContentionKey, WaitStats)>,
     pub lock_info: HashMap<u64, LockInfo>,
+    /// The kernel types slab objects' locks are named by (from BTF, at start).
+    pub lock_types: std::sync::Arc<LockTypes>,
     pub stacks: HashMap<u64, Vec<u64>>,
     pub comms: HashMap<u32, String>,
     pub counters: [u64; COUNTERS_LEN as usize],
@@ -351,7 +356,6 @@ pub fn build_locks_cached(
         .locks
         .into_iter()
         .map(|p| {
-            let (name, owner) = lock_identity(raw, names, p.addr);
             let callers: Vec<CallerEntry> = p
                 .callers
                 .into_iter()
@@ -371,6 +375,12 @@ pub fn build_locks_cached(
                     }
                 })
                 .collect();
+            // The caller with the most wait, for a name inferred from the function.
+            let top = callers
+                .iter()
+                .max_by_key(|c| c.stats.total_ns)
+                .map(|c| c.caller.as_str());
+            let (name, owner) = lock_identity_at(raw, names, p.addr, top);
             let tasks: Vec<TaskEntry> = p
                 .tasks
                 .into_iter()
@@ -418,11 +428,22 @@ pub fn build_locks_cached(
 /// A lock's name and owner: the structure the kernel found it in, else a static symbol,
 /// else its address.
 pub fn lock_identity(raw: &RawSnapshot, names: &dyn Names, addr: u64) -> (String, Option<Owner>) {
-    match raw
-        .lock_info
-        .get(&addr)
-        .and_then(|i| LockOwner::decode(i).ok())
-    {
+    lock_identity_at(raw, names, addr, None)
+}
+
+/// [`lock_identity`], with the function that contended the lock most (`caller`), which
+/// may tell the type of the object a lock in a general slab cache is in.
+pub fn lock_identity_at(
+    raw: &RawSnapshot,
+    names: &dyn Names,
+    addr: u64,
+    caller: Option<&str>,
+) -> (String, Option<Owner>) {
+    let info = raw.lock_info.get(&addr);
+    if let Some(name) = info.and_then(|i| place_name(i, &raw.lock_types, caller)) {
+        return (name, None);
+    }
+    match info.and_then(|i| LockOwner::decode(i).ok()) {
         Some(o) => (
             o.name(),
             Some(Owner {
@@ -606,7 +627,7 @@ pub(crate) mod tests {
                 tgid: 100,
                 comm,
                 tid: 0,
-                _pad: 0,
+                ..LockInfo::default()
             },
         );
         raw.stacks.insert(1, vec![1, 2, 3, 4]);

@@ -136,7 +136,7 @@ fn lock_info(snap: &SpinSnapshot) -> HashMap<u64, LockInfo> {
                     tgid: w.tid,
                     comm,
                     tid: 0,
-                    _pad: 0,
+                    ..LockInfo::default()
                 },
             )
         })

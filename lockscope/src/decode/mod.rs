@@ -2,6 +2,7 @@
 
 pub mod cgroup;
 pub mod futex;
+pub mod place;
 pub mod procmaps;
 
 use std::fmt;
@@ -396,7 +397,7 @@ mod tests {
             tgid: 42,
             comm,
             tid: 0,
-            _pad: 0,
+            ..LockInfo::default()
         };
         assert_eq!(
             LockOwner::decode(&info).unwrap().name(),
@@ -412,7 +413,7 @@ mod tests {
             tgid: 42,
             comm: worker,
             tid,
-            _pad: 0,
+            ..LockInfo::default()
         };
         assert_eq!(
             LockOwner::decode(&pi(43)).unwrap().name(),

@@ -6,12 +6,15 @@
 use std::{
     cell::{Cell, RefCell},
     collections::{HashMap, HashSet},
+    path::Path,
+    sync::Arc,
 };
 
-use anyhow::bail;
+use anyhow::{Context as _, bail};
 use lockscope_common::{
-    CNT_HOLDERS_CREATED, FILTER_ALL, FILTER_CGROUP, FILTER_TGIDS, HOLDER_READERS, HolderKey,
-    HolderStats, ProbeConfig,
+    CACHE_IDENTS_MAX_ENTRIES, CACHE_NAME_LEN, CNT_HOLDERS_CREATED, FILTER_ALL, FILTER_CGROUP,
+    FILTER_TGIDS, HOLDER_READERS, HolderKey, HolderStats, KFUNC_GET_KMEM_CACHE, PLACE_SLAB,
+    ProbeConfig,
 };
 
 use super::{Attach, Build, Doctor, Family, Globals, Prepare, Read};
@@ -20,9 +23,11 @@ use crate::{
         LockPlan, StackTexts, build_locks_cached, evicted, lost_counts, stats_evicted,
         task_waits_evicted,
     },
-    decode::flags_mask,
+    decode::{flags_mask, place::LockTypes},
     probe::{
-        Target, features,
+        Target,
+        btf::{DynamicNaming, SLAB_SYSFS, lock_types},
+        features,
         groups::{CONTENTION, EXEC_NAMES, FORK_FOLLOW},
         loader::{add_targets, stack_budget},
     },
@@ -41,6 +46,9 @@ pub struct Contention {
     holder_comms: RefCell<HashMap<u32, String>>,
     /// The in-flight evictions last reported (a counter: never shown going down).
     task_waits_evicted: Cell<u64>,
+    /// Where slab objects' and page-table pages' locks are named (from BTF).
+    naming: DynamicNaming,
+    lock_types: Arc<LockTypes>,
 }
 
 impl Contention {
@@ -125,17 +133,28 @@ impl Family for Contention {
             }
         }
         self.config = config;
+        self.naming = cx.kbtf.dynamic_naming();
+        cx.notes
+            .extend(self.naming.missing.iter().map(|m| format!("btf: {m}")));
+        if self.naming.config.kinds & PLACE_SLAB != 0 {
+            self.lock_types = Arc::new(lock_types(cx.kbtf, Path::new(SLAB_SYSFS)));
+        }
         Ok(())
     }
 
     fn globals(&self, out: &mut Globals) {
         out.set("CONFIG", &self.config);
+        out.set("SLAB_CONFIG", &self.naming.config);
+        if let Some(id) = self.naming.kmem_cache_kfunc {
+            out.kfuncs.push((KFUNC_GET_KMEM_CACHE, id));
+        }
     }
 
     fn attach(&mut self, cx: &mut Attach<'_>) -> anyhow::Result<()> {
         if let Target::Pids(pids) = &cx.opts.target {
             add_targets(cx.ebpf, pids)?;
         }
+        fill_cache_idents(cx.ebpf, &self.lock_types)?;
         cx.group(&CONTENTION)?;
         cx.group(&EXEC_NAMES)?;
         // The fork follower only for pid targets.
@@ -147,6 +166,7 @@ impl Family for Contention {
 
     fn read(&self, cx: &mut Read<'_>) -> anyhow::Result<()> {
         source::read_contention(cx.ebpf, cx.raw)?;
+        cx.raw.lock_types = self.lock_types.clone();
         self.learn_holder_names(&cx.raw.holders);
         {
             // Keep the names of the holders the map still holds (bounded by its size).
@@ -196,4 +216,22 @@ impl Family for Contention {
             }
         }
     }
+}
+
+/// Tell the probes where each typed cache's objects keep their inode number.
+fn fill_cache_idents(ebpf: &mut aya::Ebpf, types: &LockTypes) -> anyhow::Result<()> {
+    let mut map: aya::maps::HashMap<_, [u8; CACHE_NAME_LEN], u32> =
+        aya::maps::HashMap::try_from(ebpf.map_mut("CACHE_IDENTS").context("CACHE_IDENTS map")?)?;
+    let idents = types
+        .caches
+        .iter()
+        .filter_map(|(name, t)| Some((name, t.ident?.offset())))
+        .filter(|(name, _)| name.len() < CACHE_NAME_LEN)
+        .take(CACHE_IDENTS_MAX_ENTRIES as usize);
+    for (name, off) in idents {
+        let mut key = [0u8; CACHE_NAME_LEN];
+        key[..name.len()].copy_from_slice(name.as_bytes());
+        map.insert(key, off, 0)?;
+    }
+    Ok(())
 }

@@ -100,6 +100,8 @@ pub trait Family {
 pub struct Globals {
     pub globals: Vec<(&'static str, Vec<u8>)>,
     pub map_sizes: Vec<(&'static str, u32)>,
+    /// Kernel functions to call: (placeholder helper number, the function's BTF id).
+    pub kfuncs: Vec<(i32, u32)>,
 }
 
 impl Globals {
@@ -299,7 +301,7 @@ pub fn load(
         f.globals(&mut globals);
     }
     let btf = Btf::from_sys_fs().context("reading kernel BTF")?;
-    let ebpf = Probes::load_object(&btf, &globals.globals, &globals.map_sizes)?;
+    let ebpf = Probes::load_object(&btf, &globals)?;
     let mut probes = Probes {
         ebpf,
         links: TpLinks::default(),

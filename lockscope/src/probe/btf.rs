@@ -1,6 +1,9 @@
 //! Kernel struct field offsets from the running kernel's BTF. Nothing is hard-coded.
 
-use std::path::Path;
+use std::{
+    collections::{BTreeMap, HashMap},
+    path::Path,
+};
 
 use anyhow::{Context as _, anyhow, bail};
 use btf_rs::{Btf, Type};
@@ -222,4 +225,281 @@ impl KernelBtf {
         }
         bail!("BTF type chain too long")
     }
+}
+
+/// Kernel types that are locks: a member of one of these is a lock field.
+const LOCK_TYPES: &[&str] = &[
+    "spinlock_t",
+    "raw_spinlock_t",
+    "rwlock_t",
+    "spinlock",
+    "raw_spinlock",
+    "mutex",
+    "rw_semaphore",
+    "percpu_rw_semaphore",
+    "rt_mutex",
+    "rt_mutex_base",
+    "semaphore",
+    "seqlock_t",
+];
+
+/// What the probes need to name locks in slab objects and page-table pages, from BTF.
+#[derive(Debug, Clone, Default)]
+pub struct DynamicNaming {
+    pub config: lockscope_common::SlabConfig,
+    /// The BTF id of the `bpf_get_kmem_cache` kfunc (Linux 6.13+).
+    pub kmem_cache_kfunc: Option<u32>,
+    /// Why a kind is not named, one line each.
+    pub missing: Vec<String>,
+}
+
+impl KernelBtf {
+    /// The BTF id of kernel function `name`, if the kernel has it.
+    pub fn func_id(&self, name: &str) -> Option<u32> {
+        let ids = self.btf.resolve_ids_by_name(name).ok()?;
+        ids.into_iter()
+            .find(|id| matches!(self.btf.resolve_type_by_id(*id), Ok(Type::Func(_))))
+    }
+
+    /// The value of `member` of `enum name`.
+    pub fn enum_value(&self, name: &str, member: &str) -> Option<u32> {
+        for t in self.btf.resolve_types_by_name(name).ok()? {
+            if let Type::Enum(e) = t {
+                return e
+                    .members
+                    .iter()
+                    .find(|m| self.btf.resolve_name(*m).is_ok_and(|n| n == member))
+                    .map(|m| m.val());
+            }
+        }
+        None
+    }
+
+    /// `sizeof(struct name)`.
+    pub fn struct_size(&self, name: &str) -> Option<u32> {
+        self.btf
+            .resolve_types_by_name(name)
+            .ok()?
+            .into_iter()
+            .find_map(|t| match t {
+                Type::Struct(s) => Some(s.size() as u32),
+                _ => None,
+            })
+    }
+
+    /// Where the probes can name dynamic locks on this kernel.
+    pub fn dynamic_naming(&self) -> DynamicNaming {
+        use lockscope_common::{PLACE_PAGE_TABLE, PLACE_SLAB};
+        let mut n = DynamicNaming::default();
+        n.config.page_size = page_size();
+        let cache = || -> anyhow::Result<[u32; 4]> {
+            Ok([
+                self.member_offset("kmem_cache", "name")?,
+                self.member_offset("kmem_cache", "size")?,
+                self.member_offset("kmem_cache", "oo")?,
+                self.member_offset("kmem_cache", "red_left_pad")?,
+            ])
+        };
+        match (self.func_id("bpf_get_kmem_cache"), cache()) {
+            (Some(id), Ok([name, size, oo, red])) => {
+                n.kmem_cache_kfunc = Some(id);
+                let c = &mut n.config;
+                (c.off_cache_name, c.off_cache_size, c.off_cache_oo) = (name, size, oo);
+                c.off_cache_red_left_pad = red;
+                c.kinds |= PLACE_SLAB;
+            }
+            (None, _) => n.missing.push(
+                "slab objects' locks are not named (no bpf_get_kmem_cache kfunc: Linux 6.13+)"
+                    .to_owned(),
+            ),
+            (_, Err(e)) => n
+                .missing
+                .push(format!("slab objects' locks are not named ({e:#})")),
+        }
+        let table = || -> anyhow::Result<(u32, u32, u32, u32)> {
+            let pgty = self
+                .enum_value("pagetype", "PGTY_table")
+                .ok_or_else(|| anyhow!("no PGTY_table page type (Linux 6.12+)"))?;
+            let page = self
+                .struct_size("page")
+                .ok_or_else(|| anyhow!("no struct page"))?;
+            if self.struct_size("ptdesc") != Some(page) {
+                bail!("struct ptdesc is not the size of struct page");
+            }
+            if self.struct_size("spinlock") != Some(4) {
+                bail!("page-table locks are allocated apart (ALLOC_SPLIT_PTLOCKS)");
+            }
+            Ok((
+                self.member_offset("ptdesc", "ptl")?,
+                self.member_offset("page", "page_type")?,
+                pgty,
+                page,
+            ))
+        };
+        match table() {
+            Ok((ptl, page_type, pgty, page)) => {
+                let c = &mut n.config;
+                (c.off_ptdesc_ptl, c.off_page_type) = (ptl, page_type);
+                (c.page_type_table, c.page_struct_size) = (pgty, page);
+                c.kinds |= PLACE_PAGE_TABLE;
+            }
+            Err(e) => n
+                .missing
+                .push(format!("page-table locks are not named ({e:#})")),
+        }
+        n
+    }
+
+    /// The lock fields of `struct name` (nested structs included, pointers not followed),
+    /// by offset: `vfs_inode.i_rwsem`, `vfs_inode.i_rwsem.wait_lock`, ...; and the
+    /// offset of the `i_ino` of a `struct inode` it embeds (or is).
+    pub fn lock_fields(
+        &self,
+        name: &str,
+    ) -> Option<(BTreeMap<u32, String>, Option<crate::decode::place::Ident>)> {
+        use crate::decode::place::Ident;
+        let s = self
+            .btf
+            .resolve_types_by_name(name)
+            .ok()?
+            .into_iter()
+            .find_map(|t| match t {
+                Type::Struct(s) => Some(s),
+                _ => None,
+            })?;
+        let mut fields = BTreeMap::new();
+        let mut inode = (name == "inode").then_some(0);
+        self.walk_locks(&s, 0, "", &mut fields, &mut inode, 0);
+        let ident = match inode {
+            Some(base) => Some(Ident::Inode(
+                base + self.member_offset("inode", "i_ino").ok()?,
+            )),
+            // pid and tgid side by side: one word names the thread and its process.
+            None if name == "task_struct" => {
+                let pid = self.member_offset("task_struct", "pid").ok()?;
+                (self.member_offset("task_struct", "tgid").ok()? == pid + 4)
+                    .then_some(Ident::Task(pid))
+            }
+            None => None,
+        };
+        Some((fields, ident))
+    }
+
+    fn walk_locks(
+        &self,
+        s: &btf_rs::Struct,
+        base_bits: u32,
+        prefix: &str,
+        out: &mut BTreeMap<u32, String>,
+        inode: &mut Option<u32>,
+        depth: u32,
+    ) {
+        if depth > 6 {
+            return;
+        }
+        for m in &s.members {
+            let bits = base_bits + m.bit_offset();
+            if !bits.is_multiple_of(8) {
+                continue;
+            }
+            let name = self.btf.resolve_name(m).unwrap_or_default();
+            let path = match (prefix.is_empty(), name.is_empty()) {
+                (_, true) => prefix.to_owned(),
+                (true, false) => name.clone(),
+                (false, false) => format!("{prefix}.{name}"),
+            };
+            let Ok(mut t) = self.btf.resolve_chained_type(m) else {
+                continue;
+            };
+            let mut is_lock = false;
+            for _ in 0..8 {
+                if let Some(bt) = t.as_btf_type()
+                    && let Ok(n) = self.btf.resolve_name(bt)
+                    && LOCK_TYPES.contains(&n.as_str())
+                {
+                    is_lock = true;
+                }
+                match &t {
+                    Type::Typedef(_) | Type::Const(_) | Type::Volatile(_) => {
+                        match t.as_btf_type().map(|bt| self.btf.resolve_chained_type(bt)) {
+                            Some(Ok(next)) => t = next,
+                            _ => break,
+                        }
+                    }
+                    _ => break,
+                }
+            }
+            if is_lock && !path.is_empty() {
+                out.entry(bits / 8).or_insert_with(|| path.clone());
+            }
+            if let Type::Struct(inner) | Type::Union(inner) = &t {
+                if inode.is_none()
+                    && !name.is_empty()
+                    && self.btf.resolve_name(inner).is_ok_and(|n| n == "inode")
+                {
+                    *inode = Some(bits / 8);
+                }
+                self.walk_locks(inner, bits, &path, out, inode, depth + 1);
+            }
+        }
+    }
+}
+
+fn page_size() -> u32 {
+    // SAFETY: sysconf has no preconditions.
+    let n = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    if n > 0 { n as u32 } else { 4096 }
+}
+
+/// Where the kernel lists its slab caches (SLUB's sysfs).
+pub const SLAB_SYSFS: &str = "/sys/kernel/slab";
+
+/// The types of slab caches' objects and of the objects `CALLER_TYPES`' functions lock.
+/// Only a cache listed under its own name as a directory is typed: SLUB lists a cache
+/// that other caches may be merged into (so whose name is not its objects' alone) as a
+/// link to a `:...` directory.
+pub fn lock_types(btf: &KernelBtf, slab_dir: &Path) -> crate::decode::place::LockTypes {
+    use crate::decode::place::{CACHE_TYPES, CALLER_TYPES, LockTypes, ObjectType};
+    let object = |ty: &str| {
+        btf.lock_fields(ty).map(|(fields, ident)| ObjectType {
+            name: ty.to_owned(),
+            fields,
+            ident,
+        })
+    };
+    let mut types = LockTypes::default();
+    let mut shared: HashMap<std::path::PathBuf, Vec<String>> = HashMap::new();
+    for entry in std::fs::read_dir(slab_dir).into_iter().flatten().flatten() {
+        let Ok(name) = entry.file_name().into_string() else {
+            continue;
+        };
+        if entry.file_type().is_ok_and(|t| t.is_symlink()) {
+            if let Ok(target) = std::fs::read_link(entry.path()) {
+                shared.entry(target).or_default().push(name);
+            }
+            continue;
+        }
+        if name.starts_with(':') || !entry.file_type().is_ok_and(|t| t.is_dir()) {
+            continue;
+        }
+        let ty = CACHE_TYPES
+            .iter()
+            .find(|(c, _)| *c == name)
+            .map_or(name.as_str(), |(_, t)| t);
+        if let Some(t) = object(ty) {
+            types.caches.insert(name, t);
+        }
+    }
+    for mut names in shared.into_values().filter(|n| n.len() > 1) {
+        names.sort();
+        for n in &names {
+            types.merged.insert(n.clone(), names.clone());
+        }
+    }
+    for (function, ty) in CALLER_TYPES {
+        if let Some(t) = object(ty) {
+            types.callers.insert((*function).to_owned(), t);
+        }
+    }
+    types
 }

@@ -23,6 +23,91 @@ use crate::decode::LockType;
 /// The eBPF object built by build.rs.
 static PROBES_OBJ: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/lockscope"));
 
+/// The kernel functions the probes call, by placeholder helper number: (placeholder,
+/// function name).
+pub const KFUNCS: &[(i32, &str)] =
+    &[(lockscope_common::KFUNC_GET_KMEM_CACHE, "bpf_get_kmem_cache")];
+
+/// The kernel functions of [`KFUNCS`] this kernel has: (placeholder, BTF id).
+pub fn kernel_kfuncs(kbtf: &KernelBtf) -> Vec<(i32, u32)> {
+    KFUNCS
+        .iter()
+        .filter_map(|(p, name)| Some((*p, kbtf.func_id(name)?)))
+        .collect()
+}
+
+/// The probes' object, its calls to kernel functions resolved (see [`patch_kfunc_calls`]),
+/// 8-byte aligned as the ELF reader wants.
+pub struct ProbesObject(Vec<u64>, usize);
+
+impl ProbesObject {
+    pub fn new(kfuncs: &[(i32, u32)]) -> anyhow::Result<Self> {
+        let mut words = vec![0u64; PROBES_OBJ.len().div_ceil(8)];
+        // SAFETY: u64s viewed as bytes (any bit pattern is a byte), within the vector.
+        let bytes = unsafe {
+            std::slice::from_raw_parts_mut(words.as_mut_ptr().cast::<u8>(), PROBES_OBJ.len())
+        };
+        bytes.copy_from_slice(PROBES_OBJ);
+        patch_kfunc_calls(bytes, kfuncs)?;
+        Ok(Self(words, PROBES_OBJ.len()))
+    }
+
+    pub fn bytes(&self) -> &[u8] {
+        // SAFETY: as in `new`: the first `self.1` bytes of the words.
+        unsafe { std::slice::from_raw_parts(self.0.as_ptr().cast::<u8>(), self.1) }
+    }
+}
+
+/// Rewrite the calls to placeholder helper numbers (`KFUNCS`) in the object's code: into
+/// a call of the kernel function (`BPF_PSEUDO_KFUNC_CALL` with its BTF id) where `kfuncs`
+/// has its id, else into `r0 = 0` (the functions return 0 for "none"). aya 0.14 resolves
+/// no kernel-function calls itself.
+pub fn patch_kfunc_calls(elf: &mut [u8], kfuncs: &[(i32, u32)]) -> anyhow::Result<usize> {
+    use object::{Object as _, ObjectSection as _, SectionFlags, elf::SHF_EXECINSTR};
+    const CALL: u8 = 0x85; // BPF_JMP | BPF_CALL
+    const MOV64_IMM: u8 = 0xb7; // BPF_ALU64 | BPF_MOV | BPF_K
+    const PSEUDO_KFUNC_CALL: u8 = 2;
+    let ranges: Vec<(usize, usize)> = {
+        let file = object::File::parse(&*elf).context("parsing the eBPF object")?;
+        file.sections()
+            .filter(|s| {
+                matches!(s.flags(), SectionFlags::Elf { sh_flags } if sh_flags & u64::from(SHF_EXECINSTR) != 0)
+            })
+            .filter_map(|s| s.file_range())
+            .map(|(off, len)| (off as usize, len as usize))
+            .collect()
+    };
+    let mut patched = 0;
+    for (off, len) in ranges {
+        let code = elf
+            .get_mut(off..off + len)
+            .ok_or_else(|| anyhow!("eBPF object section out of range"))?;
+        for insn in code.chunks_exact_mut(8) {
+            let imm = i32::from_le_bytes([insn[4], insn[5], insn[6], insn[7]]);
+            if insn[0] != CALL || insn[1] != 0 {
+                continue;
+            }
+            if !KFUNCS.iter().any(|(p, _)| *p == imm) {
+                continue;
+            }
+            let id = kfuncs.iter().find(|(p, _)| *p == imm).map(|(_, id)| *id);
+            match id {
+                Some(id) => {
+                    insn[1] = PSEUDO_KFUNC_CALL << 4;
+                    insn[4..8].copy_from_slice(&id.to_le_bytes());
+                }
+                None => {
+                    insn.copy_from_slice(&[MOV64_IMM, 0, 0, 0, 0, 0, 0, 0]);
+                }
+            }
+            insn[2] = 0;
+            insn[3] = 0;
+            patched += 1;
+        }
+    }
+    Ok(patched)
+}
+
 /// What to trace. Filtering happens in the kernel.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Target {
@@ -84,11 +169,8 @@ pub struct Probes {
 
 impl Probes {
     /// Load the object with the families' globals and map sizes.
-    pub fn load_object(
-        btf: &Btf,
-        globals: &[(&'static str, Vec<u8>)],
-        map_sizes: &[(&'static str, u32)],
-    ) -> anyhow::Result<Ebpf> {
+    pub fn load_object(btf: &Btf, g: &crate::family::Globals) -> anyhow::Result<Ebpf> {
+        let (globals, map_sizes) = (&g.globals, &g.map_sizes);
         let mut loader = EbpfLoader::new();
         // The futex calls in flight live in task storage, which aya loads but has no
         // userspace type for (read through the task iterator instead).
@@ -105,7 +187,7 @@ impl Probes {
         }
         loader
             .btf(Some(btf))
-            .load(PROBES_OBJ)
+            .load(ProbesObject::new(&g.kfuncs)?.bytes())
             .context("loading the eBPF probes into the kernel")
     }
 
@@ -297,7 +379,7 @@ pub fn probe_rwsem_hooks() -> anyhow::Result<DeepTier> {
         .allow_unsupported_maps()
         .btf(Some(&btf))
         .override_global("RWSEM_CONFIG", &rwsem_config.unwrap_or_default(), true)
-        .load(PROBES_OBJ)
+        .load(ProbesObject::new(&kernel_kfuncs(&kbtf))?.bytes())
         .context("loading the eBPF probes into the kernel")?;
     let mut tier = DeepTier::attach(&mut ebpf, &btf, rwsem_config.is_some());
     tier.detach(&mut ebpf);
@@ -311,7 +393,7 @@ pub fn probe_spin_hooks() -> anyhow::Result<SpinTier> {
     let mut ebpf = EbpfLoader::new()
         .allow_unsupported_maps()
         .btf(Some(&btf))
-        .load(PROBES_OBJ)
+        .load(ProbesObject::new(&[])?.bytes())
         .context("loading the eBPF probes into the kernel")?;
     let mut tier = SpinTier::attach(&mut ebpf, &btf, false);
     tier.detach(&mut ebpf);
@@ -331,10 +413,17 @@ pub enum HookKind {
 /// `Err` carries the kernel's answer.
 pub fn try_load(prog: &str, kind: HookKind, target: &str) -> Result<(), String> {
     let btf = Btf::from_sys_fs().map_err(|e| format!("no kernel BTF: {e}"))?;
+    let kfuncs = KernelBtf::load(&PathBuf::from(VMLINUX_BTF))
+        .map(|k| kernel_kfuncs(&k))
+        .unwrap_or_default();
     let mut ebpf = EbpfLoader::new()
         .allow_unsupported_maps()
         .btf(Some(&btf))
-        .load(PROBES_OBJ)
+        .load(
+            ProbesObject::new(&kfuncs)
+                .map_err(|e| format!("{e:#}"))?
+                .bytes(),
+        )
         .map_err(|e| format!("{e}"))?;
     let program = ebpf
         .program_mut(prog)
@@ -357,3 +446,35 @@ pub fn try_load(prog: &str, kind: HookKind, target: &str) -> Result<(), String> 
 }
 
 pub use crate::errors::error_chain;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The instructions of the object's code sections that call `imm` with `src` as the
+    /// call kind, and those that are `r0 = 0`.
+    fn calls(obj: &ProbesObject, src: u8, imm: i32) -> usize {
+        obj.bytes()
+            .chunks_exact(8)
+            .filter(|i| i[0] == 0x85 && i[1] >> 4 == src && i[4..8] == imm.to_le_bytes())
+            .count()
+    }
+
+    #[test]
+    fn kernel_function_calls_are_resolved_or_made_harmless() {
+        use lockscope_common::KFUNC_GET_KMEM_CACHE as P;
+        // Found by chunks of the whole file: an upper bound on the code's calls.
+        let raw = PROBES_OBJ
+            .chunks_exact(8)
+            .filter(|i| i[0] == 0x85 && i[1] == 0 && i[4..8] == P.to_le_bytes())
+            .count();
+        assert!(raw >= 1, "the probes call bpf_get_kmem_cache");
+        let with = ProbesObject::new(&[(P, 4242)]).unwrap();
+        assert_eq!(calls(&with, 0, P), 0);
+        assert_eq!(calls(&with, 2, 4242), raw);
+        let without = ProbesObject::new(&[]).unwrap();
+        assert_eq!(calls(&without, 0, P), 0);
+        assert_eq!(calls(&without, 2, 4242), 0);
+        assert_eq!(without.bytes().len(), PROBES_OBJ.len());
+    }
+}

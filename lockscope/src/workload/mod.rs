@@ -13,6 +13,7 @@
 
 mod churn;
 mod fault;
+mod file_write;
 mod futex_mutex;
 mod futex_rwlock;
 mod futex_sys;
@@ -28,6 +29,7 @@ mod syscall_loop;
 
 pub use churn::MmapChurnArgs;
 pub use fault::MmapFaultArgs;
+pub use file_write::FileWriteArgs;
 pub use futex_mutex::FutexMutexArgs;
 pub use futex_rwlock::FutexRwlockArgs;
 pub use handoff::MmapHandoffArgs;
@@ -178,6 +180,15 @@ pub enum Workload {
     /// pipe-reader threads as its holders. Prints the thread ids and bytes moved.
     #[command(verbatim_doc_comment)]
     PipeMutex(PipeMutexArgs),
+    /// Threads writing one file: waits on its inode's lock (`i_rwsem`), whose inode
+    /// number the workload prints.
+    ///
+    /// Every write(2) to a regular file holds its inode's i_rwsem for write while it
+    /// copies. The file is created in --dir (tmpfs, /dev/shm, by default) and removed
+    /// at once, so a recording can be checked against the printed inode: lockscope
+    /// names the lock `&shmem_inode_cache vfs_inode.i_rwsem (inode N)`.
+    #[command(verbatim_doc_comment)]
+    FileWrite(FileWriteArgs),
     /// Two threads on one glibc mutex, one holding it long, one briefly: every wait's
     /// holder is known.
     ///
@@ -219,6 +230,7 @@ pub fn run(w: &Workload) -> anyhow::Result<()> {
         Workload::PtraceStorm(args) => ptrace_storm::run(args),
         Workload::MmapHolders(args) => holders::run(args),
         Workload::PipeMutex(args) => pipe::run(args),
+        Workload::FileWrite(args) => file_write::run(args),
         Workload::MutexHolders(args) => mutex_holders::run(args),
         Workload::SyscallLoop(args) => syscall_loop::run(args),
         Workload::PiContend(args) => pi_contend::run(args),
