@@ -329,3 +329,71 @@ fn a_files_inode_lock_is_named_by_its_inode() {
         }
     }
 }
+
+/// A split page-table lock is named for its page-table page (the page's type checked in
+/// the kernel, Linux 6.12+), and for the mm of the process faulting, marked as inferred:
+/// two threads faulting in one 2 MiB mapping share its page table.
+#[test]
+fn page_table_locks_are_named_for_their_page() {
+    let _serial = serial();
+    let (_, rec, _) = record_workload_file(
+        "page-table",
+        &[
+            "mmap-fault",
+            "--threads",
+            "2",
+            "--mib",
+            "2",
+            "--rounds",
+            "2000",
+        ],
+    );
+    // Only the workload is traced: every waiter is its one process.
+    let pids: std::collections::BTreeSet<u64> = rec["locks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|l| l["tasks"].as_array().unwrap())
+        .filter_map(|t| t["pid"].as_u64())
+        .collect();
+    assert_eq!(pids.len(), 1, "{pids:?}");
+    let pid = *pids.first().unwrap();
+    let pte: Vec<&serde_json::Value> = rec["locks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|l| l["type"] == "spinlock")
+        .filter(|l| {
+            l["callers"].as_array().is_some_and(|c| {
+                c.iter().any(|c| {
+                    c["caller"]
+                        .as_str()
+                        .unwrap()
+                        .contains("pte_offset_map_lock")
+                })
+            })
+        })
+        .collect();
+    assert!(!pte.is_empty(), "no page-table lock contended");
+    let named = kernel_version() >= (6, 12);
+    for l in pte {
+        let name = l["name"].as_str().unwrap();
+        if named {
+            assert!(
+                name.starts_with("page-table lock of page 0x")
+                    && name.ends_with(&format!("(~mm of lockscope[{pid}])")),
+                "{name}"
+            );
+        } else {
+            assert!(name.starts_with("0x"), "{name}");
+        }
+    }
+}
+
+fn kernel_version() -> (u32, u32) {
+    let r = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
+    let mut it = r
+        .split(|c: char| !c.is_ascii_digit())
+        .map(|n| n.parse().unwrap_or(0));
+    (it.next().unwrap_or(0), it.next().unwrap_or(0))
+}

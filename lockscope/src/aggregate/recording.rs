@@ -15,7 +15,7 @@ use super::{
 };
 use crate::decode::{
     LockOwner, LockType,
-    place::{LockTypes, place_name},
+    place::{LockTypes, caller_lock, place_name},
 };
 
 /// Everything read from the kernel maps at one moment, CPUs already summed.
@@ -410,6 +410,7 @@ pub fn build_locks_cached(
             }
         })
         .collect();
+    name_by_busiest_caller(&mut locks, raw, names);
     *lost.entry("stack_evicted".to_owned()).or_default() += stacks_evicted;
     if raw.futex.enabled {
         let (futex_locks, _filtered) = build_futex_locks(&raw.futex, &raw.comms);
@@ -423,6 +424,34 @@ pub fn build_locks_cached(
             .then_with(|| a.addr.cmp(&b.addr))
     });
     locks
+}
+
+/// One lock (address) may have several entries (its types: `mutex`, `mutex-spin`): a
+/// name inferred from a caller is the one from the caller with the most wait over all of
+/// them, so that every entry of the lock has the same name, stack or not.
+fn name_by_busiest_caller(locks: &mut [LockEntry], raw: &RawSnapshot, names: &dyn Names) {
+    let mut busiest: HashMap<&str, (u64, &str)> = HashMap::new();
+    for l in locks.iter() {
+        for c in &l.callers {
+            let e = busiest.entry(l.addr.as_str()).or_insert((0, ""));
+            if c.stats.total_ns > e.0 && c.caller != UNKNOWN_CALLER {
+                *e = (c.stats.total_ns, c.caller.as_str());
+            }
+        }
+    }
+    let renames: Vec<(usize, String)> = locks
+        .iter()
+        .enumerate()
+        .filter_map(|(i, l)| {
+            let addr = u64::from_str_radix(l.addr.trim_start_matches("0x"), 16).ok()?;
+            let caller = busiest.get(l.addr.as_str()).map(|b| b.1)?;
+            let (name, _) = lock_identity_at(raw, names, addr, Some(caller));
+            (name != l.name).then_some((i, name))
+        })
+        .collect();
+    for (i, name) in renames {
+        locks[i].name = name;
+    }
 }
 
 /// A lock's name and owner: the structure the kernel found it in, else a static symbol,
@@ -458,6 +487,8 @@ pub fn lock_identity_at(
                 Some(cpu) => format!("rq_lock cpu {cpu}"),
                 None => names
                     .static_lock(addr)
+                    .or_else(|| raw.lock_types.percpu.name(addr, &raw.rq_locks))
+                    .or_else(|| caller_lock(caller?).map(|l| format!("~{l} {addr:#x}")))
                     .unwrap_or_else(|| format!("{addr:#x}")),
             },
             None,

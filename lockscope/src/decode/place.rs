@@ -55,7 +55,41 @@ pub const CALLER_TYPES: &[(&str, &str)] = &[
     ("folio_lruvec_lock", "mem_cgroup_per_node"),
     ("folio_lruvec_lock_irq", "mem_cgroup_per_node"),
     ("folio_lruvec_lock_irqsave", "mem_cgroup_per_node"),
+    // An inode's file locks (flock, POSIX locks, leases).
+    ("flock_lock_inode", "file_lock_context"),
+    ("posix_lock_inode", "file_lock_context"),
+    ("locks_remove_flock", "file_lock_context"),
+    ("__break_lease", "file_lock_context"),
+    ("lease_modify", "file_lock_context"),
+    // SLUB's per-node stores of sheaves.
+    ("barn_put_empty_sheaf", "node_barn"),
+    ("barn_put_full_sheaf", "node_barn"),
+    ("barn_get_empty_sheaf", "node_barn"),
+    ("barn_replace_empty_sheaf", "node_barn"),
+    ("barn_replace_full_sheaf", "node_barn"),
+    ("barn_shrink", "node_barn"),
 ];
+
+/// Kernel functions that contend one kind of lock outside any slab object: (function,
+/// the lock). A name from it is inferred, marked `~`, and keeps the address (two zones'
+/// locks are two locks).
+pub const CALLER_LOCKS: &[(&str, &str)] = &[
+    ("free_pcppages_bulk", "zone.lock"),
+    ("rmqueue_bulk", "zone.lock"),
+    ("rmqueue_buddy", "zone.lock"),
+    ("free_one_page", "zone.lock"),
+    ("__free_pages_ok", "zone.lock"),
+    ("unreserve_highatomic_pageblock", "zone.lock"),
+];
+
+/// The lock `caller` (a frame, `function+0xoff`) contends, where only one kind can be.
+pub fn caller_lock(caller: &str) -> Option<&'static str> {
+    let function = caller.trim_start_matches('~').split('+').next()?;
+    CALLER_LOCKS
+        .iter()
+        .find(|(f, _)| *f == function)
+        .map(|(_, l)| *l)
+}
 
 /// A kernel struct's lock fields, from BTF.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -102,6 +136,39 @@ pub struct LockTypes {
     /// Caches SLUB merged into one: each name, with all the names sharing its cache. A
     /// lock there may be in an object of any of them.
     pub merged: HashMap<String, Vec<String>>,
+    /// The locks of static per-CPU variables.
+    pub percpu: PercpuLocks,
+}
+
+/// The lock fields of the kernel's static per-CPU variables, by offset in a CPU's
+/// per-CPU area (`timer_bases[0].lock`). A CPU's area is found from its runqueue lock,
+/// itself a per-CPU variable's field (`runqueues.__lock`), whose address the probes learn.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PercpuLocks {
+    /// Size of the static per-CPU area (0: none known).
+    pub size: u32,
+    /// The offset of `runqueues.__lock` in the area.
+    pub rq_lock: u32,
+    pub fields: BTreeMap<u32, String>,
+}
+
+impl PercpuLocks {
+    /// `addr`'s name as a per-CPU variable's lock field (`timer_bases[0].lock cpu 1`),
+    /// given each CPU's runqueue lock address.
+    pub fn name(&self, addr: u64, rq_locks: &HashMap<u64, u32>) -> Option<String> {
+        if self.size == 0 {
+            return None;
+        }
+        rq_locks.iter().find_map(|(&rq, &cpu)| {
+            let base = rq.checked_sub(u64::from(self.rq_lock))?;
+            let off = addr.checked_sub(base)?;
+            if off >= u64::from(self.size) {
+                return None;
+            }
+            let field = self.fields.get(&(off as u32))?;
+            Some(format!("{field} cpu {cpu}"))
+        })
+    }
 }
 
 /// The name of a lock in a slab object or a page-table page; `None` for other kinds.
@@ -110,7 +177,8 @@ pub fn place_name(info: &LockInfo, types: &LockTypes, caller: Option<&str>) -> O
     match info.kind {
         LOCK_KIND_SLAB => Some(slab_name(info, types, caller)),
         LOCK_KIND_PAGE_TABLE => Some(format!(
-            "page-table lock (~mm of {}[{}])",
+            "page-table lock of page {:#x} (~mm of {}[{}])",
+            info.object,
             comm_to_string(&info.comm),
             info.tgid
         )),
@@ -137,7 +205,7 @@ fn slab_name(info: &LockInfo, types: &LockTypes, caller: Option<&str>) -> String
         };
         return format!("&{cache} {field}{ident}");
     }
-    let function = caller.map(|c| c.split('+').next().unwrap_or(c));
+    let function = caller.map(|c| c.trim_start_matches('~').split('+').next().unwrap_or(c));
     if let Some(field) = function
         .and_then(|f| types.callers.get(f))
         .and_then(|t| t.fields.get(&off).map(|f| format!("{}.{f}", t.name)))
@@ -192,6 +260,7 @@ mod tests {
                 ],
             )]
             .into(),
+            ..LockTypes::default()
         }
     }
 
@@ -257,6 +326,40 @@ mod tests {
     }
 
     #[test]
+    fn per_cpu_locks_are_found_from_each_cpus_runqueue_lock() {
+        let p = PercpuLocks {
+            size: 0x1000,
+            rq_lock: 0x800,
+            fields: [
+                (0x100, "timer_bases[1].lock".into()),
+                (0x800, "runqueues.__lock".into()),
+            ]
+            .into(),
+        };
+        let rq: HashMap<u64, u32> = [(0xa800, 0), (0x2_0800, 1)].into();
+        assert_eq!(
+            p.name(0xa100, &rq).as_deref(),
+            Some("timer_bases[1].lock cpu 0")
+        );
+        assert_eq!(
+            p.name(0x2_0100, &rq).as_deref(),
+            Some("timer_bases[1].lock cpu 1")
+        );
+        // Inside an area but no lock field there; outside every area.
+        assert_eq!(p.name(0xa104, &rq), None);
+        assert_eq!(p.name(0xb100, &rq), None);
+        assert_eq!(p.name(0x100, &rq), None);
+        assert_eq!(PercpuLocks::default().name(0xa100, &rq), None);
+    }
+
+    #[test]
+    fn only_functions_of_one_lock_name_it() {
+        assert_eq!(caller_lock("free_pcppages_bulk+0x37"), Some("zone.lock"));
+        assert_eq!(caller_lock("~rmqueue_bulk+0x10"), Some("zone.lock"));
+        assert_eq!(caller_lock("try_to_wake_up+0x4e"), None);
+    }
+
+    #[test]
     fn page_table_locks_name_the_waiters_mm_as_inferred() {
         let mut comm = [0u8; 16];
         comm[..5].copy_from_slice(b"storm");
@@ -264,11 +367,12 @@ mod tests {
             kind: LOCK_KIND_PAGE_TABLE,
             tgid: 77,
             comm,
+            object: 0xffff_ea00_0012_3440,
             ..LockInfo::default()
         };
         assert_eq!(
             place_name(&info, &LockTypes::default(), None).unwrap(),
-            "page-table lock (~mm of storm[77])"
+            "page-table lock of page 0xffffea0000123440 (~mm of storm[77])"
         );
         let other = LockInfo {
             kind: lockscope_common::LOCK_KIND_MMAP_LOCK,

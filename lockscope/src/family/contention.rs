@@ -13,8 +13,7 @@ use std::{
 use anyhow::{Context as _, bail};
 use lockscope_common::{
     CACHE_IDENTS_MAX_ENTRIES, CACHE_NAME_LEN, CNT_HOLDERS_CREATED, FILTER_ALL, FILTER_CGROUP,
-    FILTER_TGIDS, HOLDER_READERS, HolderKey, HolderStats, KFUNC_GET_KMEM_CACHE, PLACE_SLAB,
-    ProbeConfig,
+    FILTER_TGIDS, HOLDER_READERS, HolderKey, HolderStats, KFUNC_GET_KMEM_CACHE, ProbeConfig,
 };
 
 use super::{Attach, Build, Doctor, Family, Globals, Prepare, Read};
@@ -136,9 +135,7 @@ impl Family for Contention {
         self.naming = cx.kbtf.dynamic_naming();
         cx.notes
             .extend(self.naming.missing.iter().map(|m| format!("btf: {m}")));
-        if self.naming.config.kinds & PLACE_SLAB != 0 {
-            self.lock_types = Arc::new(lock_types(cx.kbtf, Path::new(SLAB_SYSFS)));
-        }
+        self.lock_types = Arc::new(lock_types(cx.kbtf, Path::new(SLAB_SYSFS)));
         Ok(())
     }
 

@@ -408,27 +408,10 @@ impl KernelBtf {
                 (true, false) => name.clone(),
                 (false, false) => format!("{prefix}.{name}"),
             };
-            let Ok(mut t) = self.btf.resolve_chained_type(m) else {
+            let Ok(t) = self.btf.resolve_chained_type(m) else {
                 continue;
             };
-            let mut is_lock = false;
-            for _ in 0..8 {
-                if let Some(bt) = t.as_btf_type()
-                    && let Ok(n) = self.btf.resolve_name(bt)
-                    && LOCK_TYPES.contains(&n.as_str())
-                {
-                    is_lock = true;
-                }
-                match &t {
-                    Type::Typedef(_) | Type::Const(_) | Type::Volatile(_) => {
-                        match t.as_btf_type().map(|bt| self.btf.resolve_chained_type(bt)) {
-                            Some(Ok(next)) => t = next,
-                            _ => break,
-                        }
-                    }
-                    _ => break,
-                }
-            }
+            let (is_lock, t) = self.lock_chain(t);
             if is_lock && !path.is_empty() {
                 out.entry(bits / 8).or_insert_with(|| path.clone());
             }
@@ -442,6 +425,93 @@ impl KernelBtf {
                 self.walk_locks(inner, bits, &path, out, inode, depth + 1);
             }
         }
+    }
+}
+
+impl KernelBtf {
+    /// Follow typedefs and qualifiers: is any name on the way a lock type's, and the
+    /// type at the end.
+    fn lock_chain(&self, mut t: Type) -> (bool, Type) {
+        let mut is_lock = false;
+        for _ in 0..8 {
+            if let Some(bt) = t.as_btf_type()
+                && let Ok(n) = self.btf.resolve_name(bt)
+                && LOCK_TYPES.contains(&n.as_str())
+            {
+                is_lock = true;
+            }
+            match &t {
+                Type::Typedef(_) | Type::Const(_) | Type::Volatile(_) => {
+                    match t.as_btf_type().map(|bt| self.btf.resolve_chained_type(bt)) {
+                        Some(Ok(next)) => t = next,
+                        _ => break,
+                    }
+                }
+                _ => break,
+            }
+        }
+        (is_lock, t)
+    }
+
+    /// The lock fields of the static per-CPU variables (`.data..percpu`), arrays of
+    /// structs included (`timer_bases[1].lock`).
+    pub fn percpu_locks(&self) -> anyhow::Result<crate::decode::place::PercpuLocks> {
+        let mut p = crate::decode::place::PercpuLocks::default();
+        let sec = self
+            .btf
+            .resolve_types_by_name(".data..percpu")?
+            .into_iter()
+            .find_map(|t| match t {
+                Type::Datasec(d) => Some(d),
+                _ => None,
+            })
+            .ok_or_else(|| anyhow!("no .data..percpu section in BTF"))?;
+        let mut runqueues = None;
+        for v in &sec.variables {
+            let end = v.offset() + v.size() as u32;
+            p.size = p.size.max(end);
+            let Ok(var) = self.btf.resolve_chained_type(v) else {
+                continue;
+            };
+            let Some(bt) = var.as_btf_type() else {
+                continue;
+            };
+            let name = self.btf.resolve_name(bt).unwrap_or_default();
+            if name == "runqueues" {
+                runqueues = Some(v.offset());
+            }
+            let Ok(t) = self.btf.resolve_chained_type(bt) else {
+                continue;
+            };
+            let (is_lock, t) = self.lock_chain(t);
+            if is_lock {
+                p.fields.insert(v.offset(), name.clone());
+            }
+            let mut inode = None;
+            match t {
+                Type::Struct(s) | Type::Union(s) => {
+                    self.walk_locks(&s, v.offset() * 8, &name, &mut p.fields, &mut inode, 0);
+                }
+                Type::Array(a) => {
+                    let elem = self
+                        .btf
+                        .resolve_chained_type(&a)
+                        .map(|e| self.lock_chain(e).1);
+                    if let Ok(Type::Struct(s)) = elem {
+                        let n = a.len().min(64) as u32;
+                        for i in 0..n {
+                            let base = (v.offset() + i * s.size() as u32) * 8;
+                            let prefix = format!("{name}[{i}]");
+                            self.walk_locks(&s, base, &prefix, &mut p.fields, &mut inode, 0);
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        p.rq_lock = runqueues.ok_or_else(|| anyhow!("no per-CPU runqueues"))?
+            + self.member_offset("rq", "__lock")?;
+        Ok(p)
     }
 }
 
@@ -496,6 +566,7 @@ pub fn lock_types(btf: &KernelBtf, slab_dir: &Path) -> crate::decode::place::Loc
             types.merged.insert(n.clone(), names.clone());
         }
     }
+    types.percpu = btf.percpu_locks().unwrap_or_default();
     for (function, ty) in CALLER_TYPES {
         if let Some(t) = object(ty) {
             types.callers.insert((*function).to_owned(), t);

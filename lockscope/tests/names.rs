@@ -1,0 +1,73 @@
+//! Lock names in a mix of the kernel's busiest dynamic locks, system-wide: an mmap storm,
+//! a pipe, a tmpfs file written by two threads, and stress-ng (fork, flock, pipe, mmap).
+
+mod common;
+
+use std::process::{Command, Stdio};
+
+use common::*;
+
+/// Of the 20 dynamic locks (not in the kernel image) with the most wait, at least 18
+/// have a name (not a bare address).
+#[test]
+fn the_busiest_dynamic_locks_of_a_mix_are_named() {
+    let _serial = serial();
+    let file = scratch("names-mix").join("rec.json");
+    let spawn = |args: &[&str]| {
+        Command::new(bin())
+            .arg("workload")
+            .args(args)
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap()
+    };
+    let mut record = lockscope()
+        .args(["record", "-a", "-d", "6", "-n", "0", "-o"])
+        .arg(&file)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let mut load = vec![
+        spawn(&["mmap-churn", "--seconds", "4"]),
+        spawn(&["pipe-mutex", "--seconds", "4"]),
+        spawn(&["file-write", "--seconds", "4"]),
+    ];
+    if let Ok(c) = Command::new("stress-ng")
+        .args([
+            "--fork", "1", "--flock", "1", "--pipe", "1", "--mmap", "1", "-t", "4", "-q",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+    {
+        load.push(c);
+    }
+    for mut c in load {
+        c.wait().unwrap();
+    }
+    assert!(record.wait().unwrap().success());
+    let rec = read_json(&file);
+    let mut dynamic: Vec<&serde_json::Value> = rec["locks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|l| {
+            let t = l["type"].as_str().unwrap();
+            let addr =
+                u64::from_str_radix(l["addr"].as_str().unwrap().trim_start_matches("0x"), 16)
+                    .unwrap();
+            t != "futex" && !t.starts_with("pthread") && addr < 0xffff_ffff_8000_0000
+        })
+        .collect();
+    dynamic.sort_by_key(|l| std::cmp::Reverse(l["wait_total_ns"].as_u64().unwrap()));
+    let top: Vec<&str> = dynamic
+        .iter()
+        .take(20)
+        .map(|l| l["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(top.len(), 20, "{top:#?}");
+    let bare = top.iter().filter(|n| n.starts_with("0x")).count();
+    assert!(bare <= 2, "{bare} of the top 20 unnamed: {top:#?}");
+}
