@@ -103,6 +103,10 @@ pub const LOCK_KIND_SLAB: u32 = 5;
 /// as the kernel's `PageTable()` does); `object` is the page's `struct page`, and
 /// `tgid`/`comm` are the waiter's (whose mm, by inference, the table belongs to).
 pub const LOCK_KIND_PAGE_TABLE: u32 = 6;
+/// A lock the probes cannot name: in no slab object nor page-table page (so in no task's
+/// structures either): static, per-CPU or boot-time data, named (if at all) in userspace.
+/// Kept so that its later waits skip the search.
+pub const LOCK_KIND_UNNAMED: u32 = 7;
 
 /// A slab cache's name as the kernel spells it (`kmem_cache.name`), NUL-padded.
 pub const CACHE_NAME_LEN: usize = 32;

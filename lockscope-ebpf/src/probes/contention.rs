@@ -546,19 +546,25 @@ fn name_dynamic_lock(lock: u64) {
             info.ident = read_kernel(info.object + *off as u64);
             info.has_ident = IDENT_ONE;
         }
-    } else if sc.kinds & PLACE_PAGE_TABLE != 0 {
+    } else if sc.kinds & PLACE_PAGE_TABLE != 0
+        && (lock - sc.off_ptdesc_ptl as u64).is_multiple_of(sc.page_struct_size as u64)
+        && read_u32(lock - sc.off_ptdesc_ptl as u64 + sc.off_page_type as u64) >> 24
+            == sc.page_type_table
+    {
         let page = lock - sc.off_ptdesc_ptl as u64;
-        if !page.is_multiple_of(sc.page_struct_size as u64)
-            || read_u32(page + sc.off_page_type as u64) >> 24 != sc.page_type_table
-        {
-            return;
-        }
         let pid_tgid = bpf_get_current_pid_tgid();
         *info = LockInfo {
             kind: LOCK_KIND_PAGE_TABLE,
             tgid: (pid_tgid >> 32) as u32,
             comm: current_process_comm(&CONFIG.load()),
             object: page,
+            ..LockInfo::default()
+        };
+    } else if sc.kinds & PLACE_SLAB != 0 {
+        // No slab object (so no task's structure) and no page table: nothing here will
+        // ever name it; remember that, so its next waits stop at the lookup.
+        *info = LockInfo {
+            kind: LOCK_KIND_UNNAMED,
             ..LockInfo::default()
         };
     } else {
@@ -587,8 +593,14 @@ pub fn name_task_pi_lock(task: u64) {
     let cfg = CONFIG.load();
     let lock = task + cfg.off_task_pi_lock as u64;
     // SAFETY: a map value, only read, before the program returns.
-    if unsafe { LOCK_INFO.get(lock) }.is_some() {
-        return;
+    match unsafe { LOCK_INFO.get(lock) } {
+        None => {}
+        // Named from its slab cache by a waiter that was not its task: the thread's own
+        // name is better.
+        Some(i) if i.kind == LOCK_KIND_SLAB => {
+            let _ = LOCK_INFO.remove(lock);
+        }
+        Some(_) => return,
     }
     let tgid = read_kernel(task + cfg.off_task_tgid as u64) as u32;
     let tid = if cfg.off_task_pid != 0 {
