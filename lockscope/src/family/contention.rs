@@ -13,7 +13,8 @@ use std::{
 use anyhow::{Context as _, bail};
 use lockscope_common::{
     CACHE_IDENTS_MAX_ENTRIES, CACHE_NAME_LEN, CNT_HOLDERS_CREATED, FILTER_ALL, FILTER_CGROUP,
-    FILTER_TGIDS, HOLDER_READERS, HolderKey, HolderStats, KFUNC_GET_KMEM_CACHE, ProbeConfig,
+    FILTER_TGIDS, HOLDER_READERS, HolderKey, HolderStats, KFUNC_GET_KMEM_CACHE, PLACE_PAGE_TABLE,
+    PLACE_SLAB, ProbeConfig,
 };
 
 use super::{Attach, Build, Doctor, Family, Globals, Prepare, Read};
@@ -212,6 +213,52 @@ impl Family for Contention {
                 cx.ready.set(ok == g.hooks.len());
             }
         }
+        let Some(kbtf) = cx.kbtf else {
+            return;
+        };
+        // How dynamic locks are named on this kernel.
+        let naming = kbtf.dynamic_naming();
+        let missing = |what: &str| {
+            naming
+                .missing
+                .iter()
+                .find(|m| m.starts_with(what))
+                .cloned()
+                .unwrap_or_default()
+        };
+        let row = |name: &str, ok: bool, yes: String, no: String| {
+            let (word, detail) = if ok {
+                ("available", yes)
+            } else {
+                ("missing", no)
+            };
+            println!("{name:<22} {:<11} {word:<10} {detail}", "btf");
+        };
+        row(
+            "slab-lock-names",
+            naming.config.kinds & PLACE_SLAB != 0,
+            "bpf_get_kmem_cache: locks in slab objects named by cache, field and object".into(),
+            missing("slab"),
+        );
+        row(
+            "page-table-lock-names",
+            naming.config.kinds & PLACE_PAGE_TABLE != 0,
+            "split page-table locks named for their page".into(),
+            missing("page-table"),
+        );
+        let percpu = kbtf.percpu_locks();
+        row(
+            "percpu-lock-names",
+            percpu.is_ok(),
+            format!(
+                "{} lock fields of static per-CPU variables",
+                percpu.as_ref().map_or(0, |p| p.fields.len())
+            ),
+            percpu
+                .err()
+                .map(|e| format!("per-CPU variables' locks are not named ({e:#})"))
+                .unwrap_or_default(),
+        );
     }
 }
 
