@@ -166,8 +166,12 @@ pub struct SlabConfig {
     pub page_type_table: u32,
     /// `sizeof(struct page)`.
     pub page_struct_size: u32,
+    /// 1: take a holder's kernel stack the first time a (lock, holder) is waited for
+    /// (the `bpf_task_from_pid` kfunc is there, Linux 6.2+).
+    pub holder_stacks: u32,
+    pub _pad: u32,
 }
-assert_size!(SlabConfig, 40);
+assert_size!(SlabConfig, 48);
 
 /// `SlabConfig::kinds`: slab objects (the `bpf_get_kmem_cache` kfunc is there).
 pub const PLACE_SLAB: u32 = 1;
@@ -177,6 +181,10 @@ pub const PLACE_PAGE_TABLE: u32 = 2;
 /// The placeholder helper number of a call the loader rewrites into a call of the kernel
 /// function `bpf_get_kmem_cache` (Linux 6.13+), or into `r0 = 0` where the kernel lacks it.
 pub const KFUNC_GET_KMEM_CACHE: i32 = 0x4b4d_4301;
+/// Placeholder of `bpf_task_from_pid` (Linux 6.2+): a referenced task, or 0.
+pub const KFUNC_TASK_FROM_PID: i32 = 0x4b4d_4302;
+/// Placeholder of `bpf_task_release`, the reference's release.
+pub const KFUNC_TASK_RELEASE: i32 = 0x4b4d_4303;
 
 /// Slab caches whose objects' identity word lockscope reads, by name: the value is the
 /// word's offset in the object.

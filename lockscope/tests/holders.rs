@@ -43,6 +43,32 @@ fn the_long_holder_is_blamed_for_the_waits_of_the_other() {
         "the long holder holds only {} of {total} ns: {w}",
         top["wait_total_ns"]
     );
+    // Its kernel stack, taken when a wait first found it holding (Linux 6.2+): inside
+    // the mprotect that holds the lock for write.
+    let stack: Vec<&str> = top["stack"]
+        .as_array()
+        .map(|s| s.iter().map(|f| f.as_str().unwrap()).collect())
+        .unwrap_or_default();
+    if kallsyms_has("bpf_task_from_pid") {
+        assert!(
+            stack.iter().any(|f| f.starts_with("do_mprotect_pkey+")),
+            "holder-long's stack: {stack:?}"
+        );
+        let html = file.with_extension("html");
+        run_ok(
+            lockscope()
+                .args(["report", "--format", "html", "-o"])
+                .arg(&html)
+                .arg(&file),
+        );
+        assert!(
+            std::fs::read_to_string(&html)
+                .unwrap()
+                .contains("id=\"ownerstacks\"")
+        );
+    } else {
+        assert!(stack.is_empty(), "{stack:?}");
+    }
     // The short holder's holds are the long holder's (shorter) waits.
     if let Some(s) = owners.iter().find(|o| o["tid"].as_u64() == Some(short)) {
         assert_eq!(s["comm"], "holder-short", "{w}");
@@ -279,10 +305,14 @@ fn a_glibc_mutex_is_blamed_on_its_long_holder() {
 
 /// Does this kernel have the kfunc that names slab objects' locks (Linux 6.13+)?
 fn has_kmem_cache_kfunc() -> bool {
+    kallsyms_has("bpf_get_kmem_cache")
+}
+
+fn kallsyms_has(function: &str) -> bool {
     std::fs::read_to_string("/proc/kallsyms")
         .unwrap()
         .lines()
-        .any(|l| l.ends_with(" bpf_get_kmem_cache"))
+        .any(|l| l.ends_with(&format!(" {function}")))
 }
 
 /// A lock in a slab object of a known type is named by its cache, its field and the

@@ -13,8 +13,8 @@ use aya_ebpf::{
     EbpfContext as _, Global,
     bindings::BPF_NOEXIST,
     helpers::{
-        bpf_get_current_pid_tgid, bpf_get_current_task, bpf_get_stack, bpf_ktime_get_ns,
-        bpf_probe_read_kernel, bpf_probe_read_kernel_str_bytes,
+        bpf_get_current_pid_tgid, bpf_get_current_task, bpf_get_stack, bpf_get_task_stack,
+        bpf_ktime_get_ns, bpf_probe_read_kernel, bpf_probe_read_kernel_str_bytes,
     },
     macros::{btf_tracepoint, map},
     maps::{HashMap, LruHashMap, LruPerCpuHashMap, PerCpuArray},
@@ -78,7 +78,15 @@ static SLAB_CONFIG: Global<SlabConfig> = Global::new(SlabConfig {
     off_page_type: 0,
     page_type_table: 0,
     page_struct_size: 64,
+    holder_stacks: 0,
+    _pad: 0,
 });
+
+/// The holder's kernel stack (by content hash in `STACKS`) the first time each
+/// (lock, flags, holder) was waited for. LRU like the holders' figures.
+#[map]
+static HOLDER_STACKS: LruHashMap<HolderKey, u64> =
+    LruHashMap::with_max_entries(HOLDERS_MAX_ENTRIES, 0);
 
 /// Slab caches whose objects carry an identity word (an inode's number), by cache name:
 /// the word's offset in the object. Filled by userspace from BTF.
@@ -177,6 +185,9 @@ fn on_begin(ctx: &BtfTracePointContext, lock: u64, flags: u32) {
     } else {
         lock_holder(&cfg, lock, flags)
     };
+    if holder as u32 != 0 && holder as u32 != HOLDER_READERS {
+        remember_holder_stack(&cfg, lock, flags, holder, now);
+    }
     let Some(start) = WAIT_SCRATCH.get_ptr_mut(0) else {
         return;
     };
@@ -364,6 +375,65 @@ fn take_stack_budget(cfg: &ProbeConfig, now: u64) -> bool {
     }
 }
 
+/// The first wait for a (lock, flags, holder): take the holder's kernel stack, within
+/// the stack budget. Out of line: it keeps `contention_begin` within the BPF stack.
+#[inline(never)]
+fn remember_holder_stack(cfg: &ProbeConfig, lock: u64, flags: u32, holder: u64, now: u64) {
+    if SLAB_CONFIG.load().holder_stacks == 0 {
+        return;
+    }
+    let key = HolderKey {
+        lock,
+        tid: holder as u32,
+        tgid: (holder >> 32) as u32,
+        flags,
+        _pad: 0,
+    };
+    // SAFETY: a map value, only read, before the program returns.
+    if unsafe { HOLDER_STACKS.get(key) }.is_some() || !take_stack_budget(cfg, now) {
+        return;
+    }
+    let stack = holder_stack(holder as u32);
+    if stack != 0 {
+        let _ = HOLDER_STACKS.insert(key, stack, BPF_NOEXIST as u64);
+    }
+}
+
+/// Thread `tid`'s kernel stack, stored once under its hash (0: none). The task is taken
+/// by `bpf_task_from_pid` (a placeholder call the loader resolves; 0 where the kernel
+/// lacks it) and released at once.
+#[inline(always)]
+fn holder_stack(tid: u32) -> u64 {
+    let Some(buf) = STACK_SCRATCH.get_ptr_mut(0) else {
+        return 0;
+    };
+    type FromPid = unsafe extern "C" fn(i32) -> *mut core::ffi::c_void;
+    type Release = unsafe extern "C" fn(*mut core::ffi::c_void);
+    // SAFETY: the helper-call idiom (see `kmem_cache_of`); the loader makes these the
+    // kernel's bpf_task_from_pid(s32) and bpf_task_release(struct task_struct *).
+    let (from_pid, release) = unsafe {
+        (
+            core::mem::transmute::<usize, FromPid>(KFUNC_TASK_FROM_PID as usize),
+            core::mem::transmute::<usize, Release>(KFUNC_TASK_RELEASE as usize),
+        )
+    };
+    // SAFETY: as above; a pid the kernel does not know gives null.
+    let task = unsafe { from_pid(tid as i32) };
+    if task.is_null() {
+        return 0;
+    }
+    let size = size_of::<StackFrames>() as u32;
+    // SAFETY: `task` is a referenced task, `buf` a map value of `size` bytes.
+    let n = unsafe { bpf_get_task_stack(task.cast(), buf.cast(), size, 0) };
+    // SAFETY: the reference taken above, released once.
+    unsafe { release(task) };
+    if n <= 0 {
+        return 0;
+    }
+    // SAFETY: a live map value (per-CPU: this CPU's), used before the program returns, not aliased.
+    store_stack(unsafe { &*buf })
+}
+
 /// Read the kernel stack, store it once under its hash, return the hash (0: none).
 #[inline(always)]
 fn kernel_stack(ctx: &BtfTracePointContext) -> u64 {
@@ -379,7 +449,12 @@ fn kernel_stack(ctx: &BtfTracePointContext) -> u64 {
         return 0;
     }
     // SAFETY: a live map value (per-CPU: this CPU's), used before the program returns, not aliased.
-    let frames = unsafe { &*buf };
+    store_stack(unsafe { &*buf })
+}
+
+/// Store `frames` once under their hash in `STACKS`; the hash, or 0 when it could not.
+#[inline(always)]
+fn store_stack(frames: &StackFrames) -> u64 {
     let hash = stack_hash(frames);
     // SAFETY: a map value, only read, before the program returns.
     if unsafe { STACKS.get(hash) }.is_none() {

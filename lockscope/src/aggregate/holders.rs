@@ -31,6 +31,7 @@ impl HolderIndex {
         lock_type: LockType,
         wait_total_ns: u64,
         comm: impl Fn(u32, u32) -> String,
+        stack: impl Fn(&HolderKey) -> Vec<String>,
     ) -> Option<Holders> {
         let list = self.0.get(&(addr, lock_type))?;
         let mut owners: Vec<HolderEntry> = list
@@ -47,6 +48,7 @@ impl HolderIndex {
                     tid: if readers { 0 } else { k.tid },
                     contended: v.count,
                     wait_total_ns: v.total_ns,
+                    stack: if readers { Vec::new() } else { stack(k) },
                 }
             })
             .collect();
@@ -106,7 +108,13 @@ mod tests {
         let idx = HolderIndex::new(&raw);
         let w = LockType::from_flags(LCB_F_WRITE).unwrap();
         let h = idx
-            .holders(0x10, w, 2000, |tid, pid| format!("t{tid}p{pid}"))
+            .holders(
+                0x10,
+                w,
+                2000,
+                |tid, pid| format!("t{tid}p{pid}"),
+                |k| vec![format!("stack of {}", k.tid)],
+            )
             .unwrap();
         assert_eq!(h.owners.len(), HOLDERS_PER_LOCK);
         assert_eq!(
@@ -115,14 +123,20 @@ mod tests {
         );
         assert_eq!(h.owners[1].wait_total_ns, 300);
         assert_eq!((h.owners[2].comm.as_str(), h.owners[2].tid), (READERS, 0));
+        // A holder thread's stack is its key's; readers have none.
+        assert_eq!(h.owners[0].stack, ["stack of 8"]);
+        assert!(h.owners[2].stack.is_empty());
         // 1250 + 10 known, 5 of the 1-ns holders past the first 8.
         assert_eq!(h.owner_unknown_wait_ns, 2000 - 1260);
         assert_eq!(h.owners_omitted_wait_ns, 5);
-        assert!(idx.holders(0x30, w, 10, |_, _| String::new()).is_none());
+        assert!(
+            idx.holders(0x30, w, 10, |_, _| String::new(), |_| Vec::new())
+                .is_none()
+        );
         // More holder time than the entry's waits (a later snapshot of the holders):
         // unknown saturates at 0.
         assert_eq!(
-            idx.holders(0x20, w, 0, |_, _| String::new())
+            idx.holders(0x20, w, 0, |_, _| String::new(), |_| Vec::new())
                 .unwrap()
                 .owner_unknown_wait_ns,
             0

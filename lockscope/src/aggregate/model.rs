@@ -140,6 +140,10 @@ pub struct HolderEntry {
     pub tid: u32,
     pub contended: u64,
     pub wait_total_ns: u64,
+    /// The holder's kernel stack, innermost first, taken at the first wait that found it
+    /// holding (Linux 6.2+; empty when not taken).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stack: Vec<String>,
 }
 
 /// `HolderEntry::comm` of reader-owned rwsem waits.

@@ -194,6 +194,7 @@ impl PthreadOwners {
                         tid,
                         contended: n,
                         wait_total_ns: ns,
+                        stack: Vec::new(),
                     })
                     .collect();
                 v.sort_by(|a, b| {

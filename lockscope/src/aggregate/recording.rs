@@ -42,6 +42,8 @@ pub struct RawSnapshot {
     pub cgroups: HashMap<u32, u64>,
     /// Waits per (lock, flags, holder), summed over CPUs.
     pub holders: Vec<(HolderKey, HolderStats)>,
+    /// The holder's kernel stack (id in `stacks`) at the first wait for each holder key.
+    pub holder_stacks: HashMap<HolderKey, u64>,
     /// Thread names of the holders, by tid (read from /proc by the source).
     pub holder_comms: HashMap<u32, String>,
     /// Each CPU's runqueue lock address, as the probes learnt it: address -> CPU.
@@ -345,6 +347,11 @@ pub fn build_locks_cached(
     // it was ever symbolized: shown as [unknown].
     let mut stacks_evicted = 0u64;
     let holder_index = super::holders::HolderIndex::new(&raw.holders);
+    let holder_stacks: HashMap<HolderKey, Vec<String>> = raw
+        .holder_stacks
+        .iter()
+        .map(|(k, &id)| (*k, texts.describe(&mut prev, raw, names, id).1))
+        .collect();
     let holder_comm = |tid: u32, tgid: u32| {
         raw.holder_comms
             .get(&tid)
@@ -392,7 +399,10 @@ pub fn build_locks_cached(
                     events: None,
                 })
                 .collect();
-            let holders = holder_index.holders(p.addr, p.lock_type, p.stats.total_ns, holder_comm);
+            let holders =
+                holder_index.holders(p.addr, p.lock_type, p.stats.total_ns, holder_comm, |k| {
+                    holder_stacks.get(k).cloned().unwrap_or_default()
+                });
             LockEntry {
                 addr: format!("{:#x}", p.addr),
                 lock_type: p.lock_type,

@@ -13,8 +13,8 @@ use std::{
 use anyhow::{Context as _, bail};
 use lockscope_common::{
     CACHE_IDENTS_MAX_ENTRIES, CACHE_NAME_LEN, CNT_HOLDERS_CREATED, FILTER_ALL, FILTER_CGROUP,
-    FILTER_TGIDS, HOLDER_READERS, HolderKey, HolderStats, KFUNC_GET_KMEM_CACHE, PLACE_PAGE_TABLE,
-    PLACE_SLAB, ProbeConfig,
+    FILTER_TGIDS, HOLDER_READERS, HolderKey, HolderStats, KFUNC_TASK_FROM_PID, KFUNC_TASK_RELEASE,
+    PLACE_PAGE_TABLE, PLACE_SLAB, ProbeConfig,
 };
 
 use super::{Attach, Build, Doctor, Family, Globals, Prepare, Read};
@@ -29,7 +29,7 @@ use crate::{
         btf::{DynamicNaming, SLAB_SYSFS, lock_types},
         features,
         groups::{CONTENTION, EXEC_NAMES, FORK_FOLLOW},
-        loader::{add_targets, stack_budget},
+        loader::{add_targets, kernel_kfuncs, stack_budget},
     },
     source,
 };
@@ -48,6 +48,8 @@ pub struct Contention {
     task_waits_evicted: Cell<u64>,
     /// Where slab objects' and page-table pages' locks are named (from BTF).
     naming: DynamicNaming,
+    /// The kernel functions the probes may call (placeholder, BTF id).
+    kfuncs: Vec<(i32, u32)>,
     lock_types: Arc<LockTypes>,
 }
 
@@ -134,6 +136,17 @@ impl Family for Contention {
         }
         self.config = config;
         self.naming = cx.kbtf.dynamic_naming();
+        self.kfuncs = kernel_kfuncs(cx.kbtf);
+        let has = |p: i32| self.kfuncs.iter().any(|(k, _)| *k == p);
+        if has(KFUNC_TASK_FROM_PID) && has(KFUNC_TASK_RELEASE) {
+            self.naming.config.holder_stacks = 1;
+        } else {
+            cx.notes.push(
+                "btf: lock holders' stacks are not taken (no bpf_task_from_pid kfunc: \
+                 Linux 6.2+)"
+                    .to_owned(),
+            );
+        }
         cx.notes
             .extend(self.naming.missing.iter().map(|m| format!("btf: {m}")));
         self.lock_types = Arc::new(lock_types(cx.kbtf, Path::new(SLAB_SYSFS)));
@@ -143,9 +156,7 @@ impl Family for Contention {
     fn globals(&self, out: &mut Globals) {
         out.set("CONFIG", &self.config);
         out.set("SLAB_CONFIG", &self.naming.config);
-        if let Some(id) = self.naming.kmem_cache_kfunc {
-            out.kfuncs.push((KFUNC_GET_KMEM_CACHE, id));
-        }
+        out.kfuncs.extend(self.kfuncs.iter().copied());
     }
 
     fn attach(&mut self, cx: &mut Attach<'_>) -> anyhow::Result<()> {
@@ -200,7 +211,11 @@ impl Family for Contention {
         let plan = LockPlan::new(cx.raw, cx.detail);
         let mut texts = self.stack_texts.borrow_mut();
         // Only the stacks of kept callers not symbolized before are read from the map.
-        let missing: Vec<u64> = plan.stack_ids().filter(|&id| !texts.contains(id)).collect();
+        let missing: Vec<u64> = plan
+            .stack_ids()
+            .chain(cx.raw.holder_stacks.values().copied())
+            .filter(|&id| !texts.contains(id))
+            .collect();
         cx.raw.stacks = source::read_stacks(cx.ebpf, &missing)?;
         cx.rec.locks = build_locks_cached(cx.raw, plan, cx.names, &mut cx.rec.lost, &mut texts);
         Ok(())

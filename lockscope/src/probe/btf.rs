@@ -247,8 +247,6 @@ const LOCK_TYPES: &[&str] = &[
 #[derive(Debug, Clone, Default)]
 pub struct DynamicNaming {
     pub config: lockscope_common::SlabConfig,
-    /// The BTF id of the `bpf_get_kmem_cache` kfunc (Linux 6.13+).
-    pub kmem_cache_kfunc: Option<u32>,
     /// Why a kind is not named, one line each.
     pub missing: Vec<String>,
 }
@@ -301,8 +299,7 @@ impl KernelBtf {
             ])
         };
         match (self.func_id("bpf_get_kmem_cache"), cache()) {
-            (Some(id), Ok([name, size, oo, red])) => {
-                n.kmem_cache_kfunc = Some(id);
+            (Some(_), Ok([name, size, oo, red])) => {
                 let c = &mut n.config;
                 (c.off_cache_name, c.off_cache_size, c.off_cache_oo) = (name, size, oo);
                 c.off_cache_red_left_pad = red;

@@ -25,8 +25,11 @@ static PROBES_OBJ: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), 
 
 /// The kernel functions the probes call, by placeholder helper number: (placeholder,
 /// function name).
-pub const KFUNCS: &[(i32, &str)] =
-    &[(lockscope_common::KFUNC_GET_KMEM_CACHE, "bpf_get_kmem_cache")];
+pub const KFUNCS: &[(i32, &str)] = &[
+    (lockscope_common::KFUNC_GET_KMEM_CACHE, "bpf_get_kmem_cache"),
+    (lockscope_common::KFUNC_TASK_FROM_PID, "bpf_task_from_pid"),
+    (lockscope_common::KFUNC_TASK_RELEASE, "bpf_task_release"),
+];
 
 /// The kernel functions of [`KFUNCS`] this kernel has: (placeholder, BTF id).
 pub fn kernel_kfuncs(kbtf: &KernelBtf) -> Vec<(i32, u32)> {

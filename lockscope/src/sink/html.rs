@@ -27,7 +27,13 @@ pub struct HtmlModel {
     pub top: Vec<Row>,
     pub details: Vec<LockDetail>,
     pub flame_groups: BTreeMap<String, Vec<String>>,
+    /// Per lock (the busiest with holder stacks): (title, folded holder stacks weighted
+    /// by the wait each holder caused, the holder as the root frame).
+    pub owner_flames: Vec<(String, Vec<String>)>,
 }
+
+/// Locks with an owner-stack flame graph.
+pub const OWNER_FLAME_LOCKS: usize = 5;
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct LockDetail {
@@ -115,10 +121,29 @@ pub fn model(rec: &Recording) -> HtmlModel {
                 .push(format!("{} {}", frames.join(";"), c.stats.total_ns));
         }
     }
+    let owner_flames = locks
+        .iter()
+        .filter_map(|l| {
+            let lines: Vec<String> = l
+                .holders
+                .iter()
+                .flat_map(|h| &h.owners)
+                .filter(|o| !o.stack.is_empty() && o.wait_total_ns > 0)
+                .map(|o| {
+                    let mut frames = vec![fold_safe(&o.label())];
+                    frames.extend(o.stack.iter().rev().map(|f| fold_safe(f)));
+                    format!("{} {}", frames.join(";"), o.wait_total_ns)
+                })
+                .collect();
+            (!lines.is_empty()).then(|| (format!("{} ({})", l.name, l.lock_type), lines))
+        })
+        .take(OWNER_FLAME_LOCKS)
+        .collect();
     HtmlModel {
         top,
         details,
         flame_groups,
+        owner_flames,
     }
 }
 
@@ -273,6 +298,19 @@ pub fn render_html(rec: &Recording) -> anyhow::Result<String> {
     }
     if m.flame_groups.is_empty() {
         h.push_str("<p class=\"muted\">No contention recorded.</p>\n");
+    }
+    if !m.owner_flames.is_empty() {
+        h.push_str("<h2 id=\"ownerstacks\">Holder stacks</h2><p class=\"muted\">What each lock's holders were doing: the holder's kernel stack at the first wait that found it holding, weighted by the wait it caused; the holder is the root frame.</p>\n");
+    }
+    for (title, lines) in &m.owner_flames {
+        let svg = flame_svg(title, lines)?;
+        let _ = writeln!(
+            h,
+            "<h3>{}</h3><iframe class=\"flame\" sandbox=\"allow-scripts\" title=\"holder stacks: {}\" srcdoc=\"{}\"></iframe>",
+            esc(title),
+            esc(title),
+            esc(&svg)
+        );
     }
     h.push_str("</body></html>\n");
     Ok(h)
@@ -656,6 +694,7 @@ mod tests {
                 tid: 8,
                 contended: 2,
                 wait_total_ns: 1_000,
+                stack: vec!["io_schedule+0x12".into(), "pipe_write+0x40".into()],
             }],
             owner_unknown_wait_ns: 500,
             owners_omitted_wait_ns: 0,
@@ -668,6 +707,14 @@ mod tests {
             .expect("a lock with holders");
         assert_eq!(d.holders[0], ("holder<long>[7]/8".to_owned(), 2, 1_000));
         assert_eq!(d.holders[1].0, crate::aggregate::rows::UNKNOWN_HOLDER);
+        // The holder's stack, outermost first under the holder, weighted by its wait.
+        let (_, lines) = &m.owner_flames[0];
+        assert_eq!(
+            lines,
+            &["holder<long>[7]/8;pipe_write+0x40;io_schedule+0x12 1000".to_owned()]
+        );
+        let html = render_html(&rec).unwrap();
+        assert!(html.contains("id=\"ownerstacks\""));
         assert_eq!(d.holders[1].2, 500);
         let html = render_html(&rec).unwrap();
         assert!(html.contains("holder&lt;long&gt;[7]/8"), "escaped");

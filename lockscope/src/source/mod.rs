@@ -162,6 +162,9 @@ pub fn read_contention(ebpf: &Ebpf, raw: &mut RawSnapshot) -> anyhow::Result<()>
         raw.counters[i as usize] = counters.get(&i, 0)?.iter().sum();
     }
     raw.holders = read_holders(ebpf)?;
+    raw.holder_stacks = batch::hash_entries::<HolderKey, u64>(ebpf, "HOLDER_STACKS")?
+        .into_iter()
+        .collect();
     let rq: PerCpuArray<&MapData, u64> =
         PerCpuArray::try_from(ebpf.map("RQ_LOCKS").context("RQ_LOCKS map")?)?;
     raw.rq_locks = rq

@@ -1044,6 +1044,7 @@ fn detail_view_shows_who_held_the_lock() {
                 tid: 4244,
                 contended: 3,
                 wait_total_ns: long_ns,
+                stack: Vec::new(),
             },
             HolderEntry {
                 comm: "readers".into(),
@@ -1051,6 +1052,7 @@ fn detail_view_shows_who_held_the_lock() {
                 tid: 0,
                 contended: 1,
                 wait_total_ns: 1_000,
+                stack: Vec::new(),
             },
         ],
         owner_unknown_wait_ns: 5_000,
