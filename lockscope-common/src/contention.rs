@@ -190,6 +190,10 @@ pub const KFUNC_TASK_RELEASE: i32 = 0x4b4d_4303;
 /// word's offset in the object.
 pub const CACHE_IDENTS_MAX_ENTRIES: u32 = 64;
 
+/// `WaitStart::flags` bit: a spinning wait of a task outside the target, kept only as
+/// real-time lock activity (`RT_EVIDENCE_ALL`), never aggregated.
+pub const WAIT_EVIDENCE_ONLY: u32 = 1 << 31;
+
 /// A wait in progress, kept from `contention_begin` to `contention_end`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -10,7 +10,9 @@ use crate::assert_size;
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct RtConfig {
-    /// 1: the real-time probes record; 0: every hook returns at once.
+    /// `RT_ENABLED`: the real-time probes record, and with `RT_EVIDENCE_ALL` the
+    /// spinning waits of every task are lock activity, not only the target's; 0: every
+    /// hook returns at once.
     pub enabled: u32,
     /// `task_struct.prio` (real-time tasks have prio < 100).
     pub off_task_prio: u32,
@@ -31,6 +33,13 @@ pub struct RtConfig {
     pub burst_gap_ns: u32,
 }
 assert_size!(RtConfig, 48);
+
+/// `RtConfig::enabled`: the real-time probes record.
+pub const RT_ENABLED: u32 = 1;
+/// `RtConfig::enabled`: spinning waits of tasks outside the target are lock activity
+/// too (the blockers of a real-time thread are other tasks); they never enter the lock
+/// table.
+pub const RT_EVIDENCE_ALL: u32 = 2;
 
 /// CPUs whose foreign acquisitions of a watched lock are counted one by one; acquisitions
 /// on higher CPUs are counted together in the last slot.

@@ -321,3 +321,46 @@ fn latency_threshold_needs_a_unit() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("--starvation-acquisitions"), "{err}");
 }
+
+/// With `--latency-threshold`, the lock activity spikes are matched against is collected
+/// system-wide whatever the target (a real-time thread's blockers are other tasks),
+/// while the lock table stays the target's: `sleep` traced beside a pi_lock storm.
+#[test]
+fn real_time_evidence_is_system_wide_whatever_the_target() {
+    let _serial = serial();
+    let file = scratch("rt-evidence").join("rec.json");
+    let storm = Background(
+        Command::new(bin())
+            .args([
+                "workload",
+                "pi-contend",
+                "--threads",
+                "4",
+                "--seconds",
+                "30",
+            ])
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    run_ok(
+        lockscope()
+            .args(["record", "-n", "0", "--latency-threshold", "20us", "-o"])
+            .arg(&file)
+            .args(["--", "sleep", "3"]),
+    );
+    drop(storm);
+    let rec = read_json(&file);
+    // The table: sleep's waits only.
+    for l in rec["locks"].as_array().unwrap() {
+        for t in l["tasks"].as_array().unwrap() {
+            assert_eq!(t["comm"], "sleep", "{l}");
+        }
+    }
+    // The evidence: the storm's spinning waits on its victim's pi_lock (at least 5 us
+    // each), thousands a second; sleep makes none of its own.
+    let activity = u(&rec["rt_summary"]["activity_events"]);
+    assert!(activity >= 50, "{}", rec["rt_summary"]);
+    assert_eq!(lost(&rec, "rt_ringbuf_lost_activity"), 0);
+}

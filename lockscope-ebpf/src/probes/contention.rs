@@ -145,6 +145,9 @@ fn on_begin(ctx: &BtfTracePointContext, lock: u64, flags: u32) {
     let cfg = CONFIG.load();
     learn_rq_lock(&cfg);
     if !current_is_target(&cfg) {
+        if is_spinning_wait(flags) && crate::probes::rt::evidence_all() {
+            begin_evidence_wait(lock, flags);
+        }
         return;
     }
     count(CNT_BEGIN);
@@ -373,6 +376,41 @@ fn take_stack_budget(cfg: &ProbeConfig, now: u64) -> bool {
         ),
         None => true,
     }
+}
+
+/// A spinning wait of a task outside the target, with `--latency-threshold`: on the CPU's
+/// wait stack like the target's, marked so that its end is real-time lock activity only
+/// (never in the lock table, never counted as a begin).
+#[inline(never)]
+fn begin_evidence_wait(lock: u64, flags: u32) {
+    let Some(depth) = CPU_WAIT_DEPTH.get_ptr_mut(0) else {
+        return;
+    };
+    // SAFETY: a live map value (per-CPU: this CPU's), used before the program returns, not aliased.
+    let depth = unsafe { &mut *depth };
+    // SAFETY: a BPF helper without pointer arguments.
+    let now = unsafe { bpf_ktime_get_ns() };
+    drop_stale_waits(depth, now);
+    let Some(slot) = CPU_WAIT_SLOTS.get_ptr_mut(*depth) else {
+        return;
+    };
+    // SAFETY: a live map value (per-CPU: this CPU's), used before the program returns, not aliased.
+    let slot = unsafe { &mut *slot };
+    *slot = WaitStart {
+        ts_ns: now,
+        lock,
+        flags: flags | WAIT_EVIDENCE_ONLY,
+        tgid: (bpf_get_current_pid_tgid() >> 32) as u32,
+        stack: STACK_NOT_SAMPLED,
+        holder_tid: 0,
+        holder_tgid: 0,
+    };
+    let index = *depth;
+    *depth += 1;
+    // SAFETY: a map value, only read, before the program returns.
+    let watched = unsafe { LOCK_INFO.get(lock) }.is_some_and(|i| i.kind == LOCK_KIND_PI_LOCK)
+        || crate::probes::rt::pi_lock_task(lock).is_some();
+    crate::probes::rt::on_spin_begin(index, lock, watched);
 }
 
 /// The first wait for a (lock, flags, holder): take the holder's kernel stack, within
@@ -735,6 +773,14 @@ fn on_end(lock: u64, ret: i32) {
                 count_n(CNT_LOST_END_MISSED, (d - found - 1) as u64);
             }
             *depth = found;
+            if w.flags & WAIT_EVIDENCE_ONLY != 0 {
+                let w = WaitStart {
+                    flags: w.flags & !WAIT_EVIDENCE_ONLY,
+                    ..w
+                };
+                crate::probes::rt::on_spin_end(found, &w, now);
+                return;
+            }
             crate::probes::rt::on_spin_end(found, &w, now);
             account(&w, now, ret);
             return;

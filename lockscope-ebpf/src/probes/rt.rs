@@ -122,6 +122,12 @@ fn remember_task(task: u64) {
     let _ = LIVE_TASKS.insert(task, t, 0);
 }
 
+/// Spinning waits of tasks outside the target are lock activity too.
+#[inline(always)]
+pub fn evidence_all() -> bool {
+    RT_CONFIG.load().enabled & RT_EVIDENCE_ALL != 0
+}
+
 /// The live task whose `pi_lock` is `lock`, if the task set knows one.
 #[inline(always)]
 pub fn pi_lock_task(lock: u64) -> Option<(u64, LiveTask)> {
@@ -240,25 +246,34 @@ pub fn rt_sched_switch(ctx: BtfTracePointContext) -> i32 {
 #[btf_tracepoint(function = "sched_wait_task")]
 pub fn rt_sched_wait_task(ctx: BtfTracePointContext) -> i32 {
     let cfg = CONFIG.load();
-    if !current_is_target(&cfg) {
-        return 0;
-    }
     let tracee: u64 = ctx.arg(0);
-    on_wait_task(tracee);
+    if current_is_target(&cfg) {
+        on_wait_task(tracee, false);
+    } else if evidence_all() {
+        on_wait_task(tracee, true);
+    }
     0
 }
 
+/// A `sched_wait_task` acquisition of `tracee`'s `pi_lock`. `evidence_only`: the waiter
+/// is outside the target, so the acquisition is real-time evidence only (the foreign
+/// acquisitions and the burst), not in the lock table.
 #[inline(never)]
-fn on_wait_task(tracee: u64) {
+fn on_wait_task(tracee: u64, evidence_only: bool) {
     let cfg = CONFIG.load();
     let rt = RT_CONFIG.load();
-    rt_count(RT_CNT_WAIT_TASK);
     remember_task(tracee);
-    crate::probes::contention::name_task_pi_lock(tracee);
     let lock = tracee + cfg.off_task_pi_lock as u64;
     let pid_tgid = bpf_get_current_pid_tgid();
     // SAFETY: a BPF helper without pointer arguments.
     let cpu = unsafe { bpf_get_smp_processor_id() };
+    if evidence_only {
+        count_acquisition(lock, cpu, pid_tgid);
+        wait_task_burst(tracee, lock, cpu, pid_tgid, &rt);
+        return;
+    }
+    rt_count(RT_CNT_WAIT_TASK);
+    crate::probes::contention::name_task_pi_lock(tracee);
     let tracee_tid = read_u32(tracee + rt.off_task_pid as u64);
     let key = WaitTaskKey {
         lock,
@@ -284,9 +299,16 @@ fn on_wait_task(tracee: u64) {
         }
     }
     count_acquisition(lock, cpu, pid_tgid);
+    wait_task_burst(tracee, lock, cpu, pid_tgid, &rt);
+}
+
+/// Extend this CPU's burst of `sched_wait_task` acquisitions, or send it and start one.
+#[inline(always)]
+fn wait_task_burst(tracee: u64, lock: u64, cpu: u32, pid_tgid: u64, rt: &RtConfig) {
     if rt.enabled == 0 {
         return;
     }
+    let tracee_tid = read_u32(tracee + rt.off_task_pid as u64);
     // SAFETY: a BPF helper without pointer arguments.
     let now = unsafe { bpf_ktime_get_ns() };
     let Some(b) = WT_BURST.get_ptr_mut(0) else {
@@ -303,7 +325,7 @@ fn on_wait_task(tracee: u64) {
         b.count += 1;
         return;
     }
-    flush_burst(b, &rt);
+    flush_burst(b, rt);
     b.kind = RT_EV_WAIT_TASK;
     b.cpu = cpu;
     b.ts_ns = now;

@@ -53,7 +53,7 @@ pub fn rt_config(kbtf: &KernelBtf, rt: Option<&RtOptions>) -> anyhow::Result<RtC
             bail!("this kernel has no {tp} tracepoint: cannot time real-time wakeups");
         }
     }
-    c.enabled = 1;
+    c.enabled = lockscope_common::RT_ENABLED | lockscope_common::RT_EVIDENCE_ALL;
     c.off_task_prio = kbtf.member_offset("task_struct", "prio")?;
     c.off_hrtimer_function = kbtf.member_offset("hrtimer", "function")?;
     c.off_sleeper_task = kbtf.member_offset("hrtimer_sleeper", "task")?;
