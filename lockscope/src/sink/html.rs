@@ -287,14 +287,7 @@ pub fn render_html(rec: &Recording) -> anyhow::Result<String> {
 
     h.push_str("<h2 id=\"flamegraphs\">Contention flame graphs</h2><p class=\"muted\">Kernel stacks weighted by wait time; the lock is the top frame. Click to zoom, Ctrl-F to search.</p>\n");
     for (group, lines) in &m.flame_groups {
-        let svg = flame_svg(group, lines)?;
-        let _ = writeln!(
-            h,
-            "<h3>{}</h3><iframe class=\"flame\" sandbox=\"allow-scripts\" title=\"flame graph: {}\" srcdoc=\"{}\"></iframe>",
-            esc(group),
-            esc(group),
-            esc(&svg)
-        );
+        flame_frame(&mut h, "flame graph", group, lines)?;
     }
     if m.flame_groups.is_empty() {
         h.push_str("<p class=\"muted\">No contention recorded.</p>\n");
@@ -303,17 +296,23 @@ pub fn render_html(rec: &Recording) -> anyhow::Result<String> {
         h.push_str("<h2 id=\"ownerstacks\">Holder stacks</h2><p class=\"muted\">What each lock's holders were doing: the holder's kernel stack at the first wait that found it holding, weighted by the wait it caused; the holder is the root frame.</p>\n");
     }
     for (title, lines) in &m.owner_flames {
-        let svg = flame_svg(title, lines)?;
-        let _ = writeln!(
-            h,
-            "<h3>{}</h3><iframe class=\"flame\" sandbox=\"allow-scripts\" title=\"holder stacks: {}\" srcdoc=\"{}\"></iframe>",
-            esc(title),
-            esc(title),
-            esc(&svg)
-        );
+        flame_frame(&mut h, "holder stacks", title, lines)?;
     }
     h.push_str("</body></html>\n");
     Ok(h)
+}
+
+/// One flame graph under its heading, in a sandboxed frame of its own.
+fn flame_frame(h: &mut String, kind: &str, title: &str, lines: &[String]) -> anyhow::Result<()> {
+    let svg = flame_svg(title, lines)?;
+    let _ = writeln!(
+        h,
+        "<h3>{}</h3><iframe class=\"flame\" sandbox=\"allow-scripts\" title=\"{kind}: {}\" srcdoc=\"{}\"></iframe>",
+        esc(title),
+        esc(title),
+        esc(&svg)
+    );
+    Ok(())
 }
 
 /// Acquisition modes as one stacked bar (events with a count) plus the n/a list.
