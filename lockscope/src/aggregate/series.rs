@@ -173,8 +173,13 @@ impl<V: Folded> TopSeries<V> {
 
 /// The kernel lock series (`lockscope_lock_*`): every lock entry of a recording that is
 /// not a user-space lock.
+///
+/// A lock's name can get better between refreshes (a name inferred once a caller is
+/// seen, a thread's `pi_lock` named once its task is known): its series keeps the name
+/// it first had while the lock stays in the recordings, or its waits would count twice,
+/// under the old name (folded into `other`) and the new.
 #[derive(Debug, Default)]
-pub struct LockSeries(TopSeries<WaitStats>);
+pub struct LockSeries(TopSeries<WaitStats>, HashMap<(LockType, String), String>);
 
 impl LockSeries {
     /// Locks whose series carry figures forgotten by the recording (tests).
@@ -187,11 +192,17 @@ impl LockSeries {
     /// plus one `other` series per lock type.
     pub fn update(&mut self, rec: &Recording, top_n: usize) -> Vec<LockSample> {
         let mut cur: HashMap<SeriesKey, WaitStats> = HashMap::new();
+        let mut names: HashMap<(LockType, String), String> = HashMap::new();
         for l in rec.locks.iter().filter(|l| !l.lock_type.is_user()) {
-            cur.entry((l.lock_type, l.name.clone()))
+            let id = (l.lock_type, l.addr.clone());
+            let name = self.1.get(&id).cloned().unwrap_or_else(|| l.name.clone());
+            cur.entry((l.lock_type, name.clone()))
                 .or_default()
                 .merge(&l.stats);
+            names.insert(id, name);
         }
+        // Only the locks of this recording: one that leaves it starts again from 0.
+        self.1 = names;
         self.0
             .fold(cur, top_n)
             .into_iter()

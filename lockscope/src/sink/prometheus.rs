@@ -564,8 +564,12 @@ mod tests {
     }
 
     fn lock(name: &str, t: LockType, ns: u64, n: u64) -> LockEntry {
+        // One address per name (a series follows its lock's address).
+        let addr = name.bytes().fold(0x1000u64, |h, b| {
+            h.wrapping_mul(131).wrapping_add(u64::from(b))
+        });
         LockEntry {
-            addr: format!("0x{:x}", name.len()),
+            addr: format!("{addr:#x}"),
             lock_type: t,
             user: None,
             events: None,
@@ -966,6 +970,38 @@ mod tests {
             1,
         );
         assert_eq!(fin.iter().map(|s| s.stats.count).sum::<u64>(), 313);
+    }
+
+    #[test]
+    fn a_lock_renamed_between_refreshes_keeps_its_first_series() {
+        // A lock named by address first, then by what it is (a caller was seen): one
+        // series, its first, the waits counted once.
+        let t = LockType::Mutex;
+        let mut series = LockSeries::default();
+        let first = lock("&kmalloc-192+0x0", t, 100, 5);
+        series.update(&rec_with(vec![first.clone()]), 10);
+        let renamed = LockEntry {
+            name: "&kmalloc-192 ~pipe_inode_info.mutex".into(),
+            stats: wait(100, 7),
+            ..first
+        };
+        let out = series.update(&rec_with(vec![renamed.clone()]), 10);
+        assert_eq!(out.iter().map(|s| s.stats.count).sum::<u64>(), 7);
+        assert_eq!(out[0].lock, "&kmalloc-192+0x0");
+        // Once the lock has left the recording, it comes back under its new name.
+        series.update(&rec_with(vec![]), 10);
+        let back = series.update(
+            &rec_with(vec![LockEntry {
+                stats: wait(100, 2),
+                ..renamed
+            }]),
+            10,
+        );
+        let named: Vec<&str> = back.iter().map(|s| s.lock.as_str()).collect();
+        assert!(
+            named.contains(&"&kmalloc-192 ~pipe_inode_info.mutex"),
+            "{named:?}"
+        );
     }
 
     #[test]
