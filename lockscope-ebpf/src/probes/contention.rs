@@ -205,31 +205,17 @@ fn on_begin(ctx: &BtfTracePointContext, lock: u64, flags: u32) {
     start.holder_tgid = (holder >> 32) as u32;
 
     if is_spinning_wait(flags) {
-        let Some(depth) = CPU_WAIT_DEPTH.get_ptr_mut(0) else {
+        let Some(index) = push_spin_wait(start) else {
+            count(CNT_LOST_CPU_NESTING);
             return;
         };
-        // SAFETY: a live map value (per-CPU: this CPU's), used before the program returns, not aliased.
-        let depth = unsafe { &mut *depth };
-        drop_stale_waits(depth, now);
-        match CPU_WAIT_SLOTS.get_ptr_mut(*depth) {
-            Some(slot) => {
-                // SAFETY: a live map value (per-CPU: this CPU's), used before the program returns, not aliased.
-                unsafe { *slot = *start };
-                let index = *depth;
-                *depth += 1;
-                name_lock(&cfg, lock);
-                let watched =
-                    // SAFETY: a map value, only read, before the program returns.
-                    unsafe { LOCK_INFO.get(lock) }.is_some_and(|i| i.kind == LOCK_KIND_PI_LOCK);
-                crate::probes::rt::on_spin_begin(index, lock, watched);
-                remember_comm(&cfg);
-                return;
-            }
-            None => {
-                count(CNT_LOST_CPU_NESTING);
-                return;
-            }
-        }
+        name_lock(&cfg, lock);
+        let watched =
+            // SAFETY: a map value, only read, before the program returns.
+            unsafe { LOCK_INFO.get(lock) }.is_some_and(|i| i.kind == LOCK_KIND_PI_LOCK);
+        crate::probes::rt::on_spin_begin(index, lock, watched);
+        remember_comm(&cfg);
+        return;
     } else {
         // By reference: the value is read from the scratch map instead of being copied to
         // the stack (which is what the scratch map avoids).
@@ -383,21 +369,9 @@ fn take_stack_budget(cfg: &ProbeConfig, now: u64) -> bool {
 /// (never in the lock table, never counted as a begin).
 #[inline(never)]
 fn begin_evidence_wait(lock: u64, flags: u32) {
-    let Some(depth) = CPU_WAIT_DEPTH.get_ptr_mut(0) else {
-        return;
-    };
-    // SAFETY: a live map value (per-CPU: this CPU's), used before the program returns, not aliased.
-    let depth = unsafe { &mut *depth };
-    // SAFETY: a BPF helper without pointer arguments.
-    let now = unsafe { bpf_ktime_get_ns() };
-    drop_stale_waits(depth, now);
-    let Some(slot) = CPU_WAIT_SLOTS.get_ptr_mut(*depth) else {
-        return;
-    };
-    // SAFETY: a live map value (per-CPU: this CPU's), used before the program returns, not aliased.
-    let slot = unsafe { &mut *slot };
-    *slot = WaitStart {
-        ts_ns: now,
+    let w = WaitStart {
+        // SAFETY: a BPF helper without pointer arguments.
+        ts_ns: unsafe { bpf_ktime_get_ns() },
         lock,
         flags: flags | WAIT_EVIDENCE_ONLY,
         tgid: (bpf_get_current_pid_tgid() >> 32) as u32,
@@ -405,12 +379,30 @@ fn begin_evidence_wait(lock: u64, flags: u32) {
         holder_tid: 0,
         holder_tgid: 0,
     };
-    let index = *depth;
-    *depth += 1;
+    // A full stack loses only evidence: nothing of the table.
+    let Some(index) = push_spin_wait(&w) else {
+        return;
+    };
     // SAFETY: a map value, only read, before the program returns.
     let watched = unsafe { LOCK_INFO.get(lock) }.is_some_and(|i| i.kind == LOCK_KIND_PI_LOCK)
         || crate::probes::rt::pi_lock_task(lock).is_some();
     crate::probes::rt::on_spin_begin(index, lock, watched);
+}
+
+/// Push `w` on this CPU's stack of spinning waits (dropping the stale ones first): its
+/// slot, or `None` when the stack is full.
+#[inline(always)]
+fn push_spin_wait(w: &WaitStart) -> Option<u32> {
+    let depth = CPU_WAIT_DEPTH.get_ptr_mut(0)?;
+    // SAFETY: a live map value (per-CPU: this CPU's), used before the program returns, not aliased.
+    let depth = unsafe { &mut *depth };
+    drop_stale_waits(depth, w.ts_ns);
+    let slot = CPU_WAIT_SLOTS.get_ptr_mut(*depth)?;
+    // SAFETY: as above.
+    unsafe { *slot = *w };
+    let index = *depth;
+    *depth += 1;
+    Some(index)
 }
 
 /// The first wait for a (lock, flags, holder): take the holder's kernel stack, within
@@ -659,12 +651,8 @@ fn name_dynamic_lock(lock: u64) {
             info.ident = read_kernel(info.object + *off as u64);
             info.has_ident = IDENT_ONE;
         }
-    } else if sc.kinds & PLACE_PAGE_TABLE != 0
-        && (lock - sc.off_ptdesc_ptl as u64).is_multiple_of(sc.page_struct_size as u64)
-        && read_u32(lock - sc.off_ptdesc_ptl as u64 + sc.off_page_type as u64) >> 24
-            == sc.page_type_table
-    {
-        let page = lock - sc.off_ptdesc_ptl as u64;
+    } else if sc.kinds & PLACE_PAGE_TABLE != 0 && is_page_table_page(&sc, page_of(&sc, lock)) {
+        let page = page_of(&sc, lock);
         let pid_tgid = bpf_get_current_pid_tgid();
         *info = LockInfo {
             kind: LOCK_KIND_PAGE_TABLE,
@@ -684,6 +672,19 @@ fn name_dynamic_lock(lock: u64) {
         return;
     }
     insert_lock_info(lock, info);
+}
+
+/// The `struct page` whose `ptdesc.ptl` a lock at `lock` would be.
+#[inline(always)]
+fn page_of(sc: &SlabConfig, lock: u64) -> u64 {
+    lock.wrapping_sub(sc.off_ptdesc_ptl as u64)
+}
+
+/// Is `page` a page-table page (a `struct page` address whose type is `PGTY_table`)?
+#[inline(always)]
+fn is_page_table_page(sc: &SlabConfig, page: u64) -> bool {
+    page.is_multiple_of(sc.page_struct_size as u64)
+        && read_u32(page + sc.off_page_type as u64) >> 24 == sc.page_type_table
 }
 
 /// `bpf_get_kmem_cache(addr)`: the slab cache of a kernel address, 0 when it is none.

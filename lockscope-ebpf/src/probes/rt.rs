@@ -267,14 +267,14 @@ fn on_wait_task(tracee: u64, evidence_only: bool) {
     let pid_tgid = bpf_get_current_pid_tgid();
     // SAFETY: a BPF helper without pointer arguments.
     let cpu = unsafe { bpf_get_smp_processor_id() };
+    let tracee_tid = read_u32(tracee + rt.off_task_pid as u64);
     if evidence_only {
         count_acquisition(lock, cpu, pid_tgid);
-        wait_task_burst(tracee, lock, cpu, pid_tgid, &rt);
+        wait_task_burst(tracee_tid, lock, cpu, pid_tgid, &rt);
         return;
     }
     rt_count(RT_CNT_WAIT_TASK);
     crate::probes::contention::name_task_pi_lock(tracee);
-    let tracee_tid = read_u32(tracee + rt.off_task_pid as u64);
     let key = WaitTaskKey {
         lock,
         waiter_tid: pid_tgid as u32,
@@ -299,16 +299,15 @@ fn on_wait_task(tracee: u64, evidence_only: bool) {
         }
     }
     count_acquisition(lock, cpu, pid_tgid);
-    wait_task_burst(tracee, lock, cpu, pid_tgid, &rt);
+    wait_task_burst(tracee_tid, lock, cpu, pid_tgid, &rt);
 }
 
 /// Extend this CPU's burst of `sched_wait_task` acquisitions, or send it and start one.
 #[inline(always)]
-fn wait_task_burst(tracee: u64, lock: u64, cpu: u32, pid_tgid: u64, rt: &RtConfig) {
+fn wait_task_burst(tracee_tid: u32, lock: u64, cpu: u32, pid_tgid: u64, rt: &RtConfig) {
     if rt.enabled == 0 {
         return;
     }
-    let tracee_tid = read_u32(tracee + rt.off_task_pid as u64);
     // SAFETY: a BPF helper without pointer arguments.
     let now = unsafe { bpf_ktime_get_ns() };
     let Some(b) = WT_BURST.get_ptr_mut(0) else {

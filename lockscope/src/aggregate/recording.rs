@@ -382,12 +382,8 @@ pub fn build_locks_cached(
                     }
                 })
                 .collect();
-            // The caller with the most wait, for a name inferred from the function.
-            let top = callers
-                .iter()
-                .max_by_key(|c| c.stats.total_ns)
-                .map(|c| c.caller.as_str());
-            let (name, owner) = lock_identity_at(raw, names, p.addr, top);
+            // Names inferred from a caller come after, over all of a lock's entries.
+            let (name, owner) = lock_identity(raw, names, p.addr);
             let tasks: Vec<TaskEntry> = p
                 .tasks
                 .into_iter()
@@ -563,6 +559,7 @@ pub(crate) mod tests {
                         4 => "exc_page_fault+0x70",
                         5 => "down_write_killable+0x20",
                         6 => "vm_mmap_pgoff+0x30",
+                        7 => "anon_pipe_write+0x43",
                         _ => "?",
                     };
                     Frame {
@@ -741,6 +738,55 @@ pub(crate) mod tests {
         assert_eq!(read.top_caller, "~do_user_addr_fault+0x90");
         let write = rows.iter().find(|x| x.lock_type == "rwsem:W").unwrap();
         assert_eq!(write.top_caller, "vm_mmap_pgoff+0x30");
+    }
+
+    #[test]
+    fn every_entry_of_a_lock_takes_the_name_its_busiest_caller_infers() {
+        use crate::decode::place::ObjectType;
+        use lockscope_common::{LCB_F_MUTEX, LCB_F_SPIN, LOCK_KIND_SLAB};
+        let pipe = 0xffff_8880_0bad_0000u64;
+        let mut raw = RawSnapshot::default();
+        let mut cache = [0u8; lockscope_common::CACHE_NAME_LEN];
+        cache[..14].copy_from_slice(b"kmalloc-cg-192");
+        raw.lock_info.insert(
+            pipe,
+            LockInfo {
+                kind: LOCK_KIND_SLAB,
+                cache,
+                ..LockInfo::default()
+            },
+        );
+        let mut types = LockTypes::default();
+        types.callers.insert(
+            "anon_pipe_write".into(),
+            ObjectType {
+                name: "pipe_inode_info".into(),
+                fields: [(0, "mutex".into())].into(),
+                ident: None,
+            },
+        );
+        raw.lock_types = std::sync::Arc::new(types);
+        raw.stacks.insert(77, vec![7]);
+        let key = |stack, flags| ContentionKey {
+            lock: pipe,
+            tgid: 100,
+            stack,
+            flags,
+        };
+        // The spinning entry has a caller; the sleeping one was never sampled.
+        raw.stats
+            .push((key(77, LCB_F_MUTEX | LCB_F_SPIN), wait(1_000, 5)));
+        raw.stats
+            .push((key(STACK_NOT_SAMPLED, LCB_F_MUTEX), wait(9_000, 2)));
+        let locks = build_locks(&raw, &FakeNames, &mut BTreeMap::new());
+        assert_eq!(locks.len(), 2);
+        for l in &locks {
+            assert_eq!(
+                l.name, "&kmalloc-cg-192 ~pipe_inode_info.mutex",
+                "{}",
+                l.lock_type
+            );
+        }
     }
 
     /// Counts the stacks it symbolizes.

@@ -211,8 +211,20 @@ impl KernelBtf {
     }
 
     /// Follow typedefs and qualifiers to the underlying type.
-    fn strip(&self, mut t: Type) -> anyhow::Result<Type> {
+    fn strip(&self, t: Type) -> anyhow::Result<Type> {
+        self.strip_named(t, |_| {})
+    }
+
+    /// [`KernelBtf::strip`], telling `seen` each type's name on the way (`spinlock_t`,
+    /// then `struct spinlock`).
+    fn strip_named(&self, mut t: Type, mut seen: impl FnMut(&str)) -> anyhow::Result<Type> {
         for _ in 0..16 {
+            if let Some(bt) = t.as_btf_type()
+                && let Ok(n) = self.btf.resolve_name(bt)
+                && !n.is_empty()
+            {
+                seen(&n);
+            }
             match &t {
                 Type::Typedef(_) | Type::Const(_) | Type::Volatile(_) | Type::Restrict(_) => {
                     let bt = t
@@ -275,21 +287,14 @@ impl KernelBtf {
 
     /// `sizeof(struct name)`.
     pub fn struct_size(&self, name: &str) -> Option<u32> {
-        self.btf
-            .resolve_types_by_name(name)
-            .ok()?
-            .into_iter()
-            .find_map(|t| match t {
-                Type::Struct(s) => Some(s.size() as u32),
-                _ => None,
-            })
+        self.struct_named(name).map(|s| s.size() as u32)
     }
 
     /// Where the probes can name dynamic locks on this kernel.
     pub fn dynamic_naming(&self) -> DynamicNaming {
         use lockscope_common::{PLACE_PAGE_TABLE, PLACE_SLAB};
         let mut n = DynamicNaming::default();
-        n.config.page_size = page_size();
+        n.config.page_size = crate::workload::page_size() as u32;
         let cache = || -> anyhow::Result<[u32; 4]> {
             Ok([
                 self.member_offset("kmem_cache", "name")?,
@@ -355,15 +360,7 @@ impl KernelBtf {
         name: &str,
     ) -> Option<(BTreeMap<u32, String>, Option<crate::decode::place::Ident>)> {
         use crate::decode::place::Ident;
-        let s = self
-            .btf
-            .resolve_types_by_name(name)
-            .ok()?
-            .into_iter()
-            .find_map(|t| match t {
-                Type::Struct(s) => Some(s),
-                _ => None,
-            })?;
+        let s = self.struct_named(name)?;
         let mut fields = BTreeMap::new();
         let mut inode = (name == "inode").then_some(0);
         self.walk_locks(&s, 0, "", &mut fields, &mut inode, 0);
@@ -405,10 +402,14 @@ impl KernelBtf {
                 (true, false) => name.clone(),
                 (false, false) => format!("{prefix}.{name}"),
             };
-            let Ok(t) = self.btf.resolve_chained_type(m) else {
+            let Some((is_lock, t)) = self
+                .btf
+                .resolve_chained_type(m)
+                .ok()
+                .and_then(|t| self.lock_chain(t).ok())
+            else {
                 continue;
             };
-            let (is_lock, t) = self.lock_chain(t);
             if is_lock && !path.is_empty() {
                 out.entry(bits / 8).or_insert_with(|| path.clone());
             }
@@ -423,31 +424,25 @@ impl KernelBtf {
             }
         }
     }
-}
 
-impl KernelBtf {
-    /// Follow typedefs and qualifiers: is any name on the way a lock type's, and the
-    /// type at the end.
-    fn lock_chain(&self, mut t: Type) -> (bool, Type) {
+    /// Follow typedefs and qualifiers: the type at the end, and whether a name on the
+    /// way is a lock type's.
+    fn lock_chain(&self, t: Type) -> anyhow::Result<(bool, Type)> {
         let mut is_lock = false;
-        for _ in 0..8 {
-            if let Some(bt) = t.as_btf_type()
-                && let Ok(n) = self.btf.resolve_name(bt)
-                && LOCK_TYPES.contains(&n.as_str())
-            {
-                is_lock = true;
-            }
-            match &t {
-                Type::Typedef(_) | Type::Const(_) | Type::Volatile(_) => {
-                    match t.as_btf_type().map(|bt| self.btf.resolve_chained_type(bt)) {
-                        Some(Ok(next)) => t = next,
-                        _ => break,
-                    }
-                }
-                _ => break,
-            }
-        }
-        (is_lock, t)
+        let t = self.strip_named(t, |n| is_lock |= LOCK_TYPES.contains(&n))?;
+        Ok((is_lock, t))
+    }
+
+    /// The first `struct name` of the kernel's BTF.
+    fn struct_named(&self, name: &str) -> Option<btf_rs::Struct> {
+        self.btf
+            .resolve_types_by_name(name)
+            .ok()?
+            .into_iter()
+            .find_map(|t| match t {
+                Type::Struct(s) => Some(s),
+                _ => None,
+            })
     }
 
     /// The lock fields of the static per-CPU variables (`.data..percpu`), arrays of
@@ -477,10 +472,14 @@ impl KernelBtf {
             if name == "runqueues" {
                 runqueues = Some(v.offset());
             }
-            let Ok(t) = self.btf.resolve_chained_type(bt) else {
+            let Some((is_lock, t)) = self
+                .btf
+                .resolve_chained_type(bt)
+                .ok()
+                .and_then(|t| self.lock_chain(t).ok())
+            else {
                 continue;
             };
-            let (is_lock, t) = self.lock_chain(t);
             if is_lock {
                 p.fields.insert(v.offset(), name.clone());
             }
@@ -490,11 +489,8 @@ impl KernelBtf {
                     self.walk_locks(&s, v.offset() * 8, &name, &mut p.fields, &mut inode, 0);
                 }
                 Type::Array(a) => {
-                    let elem = self
-                        .btf
-                        .resolve_chained_type(&a)
-                        .map(|e| self.lock_chain(e).1);
-                    if let Ok(Type::Struct(s)) = elem {
+                    let elem = self.btf.resolve_chained_type(&a).ok();
+                    if let Some(Ok(Type::Struct(s))) = elem.map(|e| self.strip(e)) {
                         let n = a.len().min(64) as u32;
                         for i in 0..n {
                             let base = (v.offset() + i * s.size() as u32) * 8;
@@ -510,12 +506,6 @@ impl KernelBtf {
             + self.member_offset("rq", "__lock")?;
         Ok(p)
     }
-}
-
-fn page_size() -> u32 {
-    // SAFETY: sysconf has no preconditions.
-    let n = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    if n > 0 { n as u32 } else { 4096 }
 }
 
 /// Where the kernel lists its slab caches (SLUB's sysfs).

@@ -39,6 +39,17 @@ pub fn kernel_kfuncs(kbtf: &KernelBtf) -> Vec<(i32, u32)> {
         .collect()
 }
 
+/// [`kernel_kfuncs`] of the running kernel, for `doctor`'s trial loads: its BTF read
+/// once, not once per trial.
+fn trial_kfuncs() -> &'static [(i32, u32)] {
+    static KFUNCS_HERE: std::sync::OnceLock<Vec<(i32, u32)>> = std::sync::OnceLock::new();
+    KFUNCS_HERE.get_or_init(|| {
+        KernelBtf::load(&PathBuf::from(VMLINUX_BTF))
+            .map(|k| kernel_kfuncs(&k))
+            .unwrap_or_default()
+    })
+}
+
 /// The probes' object, its calls to kernel functions resolved (see [`patch_kfunc_calls`]),
 /// 8-byte aligned as the ELF reader wants.
 pub struct ProbesObject(Vec<u64>, usize);
@@ -396,7 +407,7 @@ pub fn probe_spin_hooks() -> anyhow::Result<SpinTier> {
     let mut ebpf = EbpfLoader::new()
         .allow_unsupported_maps()
         .btf(Some(&btf))
-        .load(ProbesObject::new(&[])?.bytes())
+        .load(ProbesObject::new(trial_kfuncs())?.bytes())
         .context("loading the eBPF probes into the kernel")?;
     let mut tier = SpinTier::attach(&mut ebpf, &btf, false);
     tier.detach(&mut ebpf);
@@ -416,14 +427,11 @@ pub enum HookKind {
 /// `Err` carries the kernel's answer.
 pub fn try_load(prog: &str, kind: HookKind, target: &str) -> Result<(), String> {
     let btf = Btf::from_sys_fs().map_err(|e| format!("no kernel BTF: {e}"))?;
-    let kfuncs = KernelBtf::load(&PathBuf::from(VMLINUX_BTF))
-        .map(|k| kernel_kfuncs(&k))
-        .unwrap_or_default();
     let mut ebpf = EbpfLoader::new()
         .allow_unsupported_maps()
         .btf(Some(&btf))
         .load(
-            ProbesObject::new(&kfuncs)
+            ProbesObject::new(trial_kfuncs())
                 .map_err(|e| format!("{e:#}"))?
                 .bytes(),
         )

@@ -39,6 +39,7 @@ pub use pi_contend::PiContendArgs;
 pub use pipe::PipeMutexArgs;
 pub use pthread_mutex::PthreadMutexArgs;
 pub use ptrace_storm::PtraceStormArgs;
+pub use sys::page_size;
 pub use syscall_loop::SyscallLoopArgs;
 
 /// A built-in workload that generates kernel lock contention.
