@@ -951,31 +951,10 @@ fn cost_per_event(ctx: &Ctx) -> Result<Cost> {
         .map(|p| p.run_time_ns)
         .sum();
 
-    let (futex_programs, _) = side_by_side(
-        ctx,
-        "cost-futex",
-        &[("floor", BPFTRACE_FUTEX_FLOOR)],
-        &workload("futex-mutex"),
-    )?;
-    let f = |owner: &str, lockscope_name: &str, floor_name: &str| {
-        if owner == "lockscope" {
-            ns_of(&futex_programs, owner, lockscope_name)
-        } else {
-            ns_of(&futex_programs, owner, floor_name)
-        }
-    };
-    let futex = FutexCost {
-        workload: workload("futex-mutex").join(" "),
-        calls: futex_programs
-            .iter()
-            .find(|p| p.owner == "lockscope" && p.name == "futex_enter")
-            .map_or(0, |p| p.run_cnt),
-        enter_ns: f("lockscope", "futex_enter", ""),
-        exit_ns: f("lockscope", "futex_exit", ""),
-        floor_enter_ns: f("floor", "", "sys_enter_futex"),
-        floor_exit_ns: f("floor", "", "sys_exit_futex"),
-        programs: futex_programs,
-    };
+    let futex = futex_cost(ctx, "cost-futex", &workload("futex-mutex"))?;
+    let mut wake = vec!["syscall-loop".to_string(), "--futex-wake".into()];
+    wake.extend(workload("")[1..].iter().cloned());
+    let futex_nonblocking = futex_cost(ctx, "cost-futex-wake", &wake)?;
     Ok(Cost {
         workload: churn.join(" "),
         programs,
@@ -990,6 +969,32 @@ fn cost_per_event(ctx: &Ctx) -> Result<Cost> {
         ns_per_contention_event: (events > 0).then(|| total_ns as f64 / events as f64),
         user_cpu_ns_per_event: (events > 0).then(|| cpu_s * 1e9 / events as f64),
         futex: Some(futex),
+        futex_nonblocking: Some(futex_nonblocking),
+    })
+}
+
+/// lockscope's futex probes beside empty programs on the same tracepoints, over one run
+/// of `workload`.
+fn futex_cost(ctx: &Ctx, name: &str, workload: &[String]) -> Result<FutexCost> {
+    let (programs, _) = side_by_side(ctx, name, &[("floor", BPFTRACE_FUTEX_FLOOR)], workload)?;
+    let f = |owner: &str, lockscope_name: &str, floor_name: &str| {
+        if owner == "lockscope" {
+            ns_of(&programs, owner, lockscope_name)
+        } else {
+            ns_of(&programs, owner, floor_name)
+        }
+    };
+    Ok(FutexCost {
+        workload: workload.join(" "),
+        calls: programs
+            .iter()
+            .find(|p| p.owner == "lockscope" && p.name == "futex_enter")
+            .map_or(0, |p| p.run_cnt),
+        enter_ns: f("lockscope", "futex_enter", ""),
+        exit_ns: f("lockscope", "futex_exit", ""),
+        floor_enter_ns: f("floor", "", "sys_enter_futex"),
+        floor_exit_ns: f("floor", "", "sys_exit_futex"),
+        programs,
     })
 }
 
