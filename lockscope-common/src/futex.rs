@@ -349,7 +349,11 @@ pub const FCNT_STATS_CREATED: u32 = 8;
 /// ends one: `FCNT_EXIT`): created minus exits minus the calls in flight is what threads
 /// took with them when they died inside a call.
 pub const FCNT_CALLS_CREATED: u32 = 9;
-pub const FUTEX_COUNTERS_LEN: u32 = 10;
+/// A call handled whole at its exit (one that cannot wait: [`futex_stateless`]): an
+/// entry, a created call and an exit at once, folded into those three by
+/// [`fold_futex_counters`] when the counters are read.
+pub const FCNT_STATELESS: u32 = 10;
+pub const FUTEX_COUNTERS_LEN: u32 = 11;
 
 pub const FUTEX_COUNTER_NAMES: [&str; FUTEX_COUNTERS_LEN as usize] = [
     "enter",
@@ -362,7 +366,46 @@ pub const FUTEX_COUNTER_NAMES: [&str; FUTEX_COUNTERS_LEN as usize] = [
     "restart_abandoned",
     "futex_stats_created",
     "futex_calls_created",
+    "stateless",
 ];
+
+/// Calls handled whole at their exit count as an entry, a created call and an exit: fold
+/// them in, so that readers see one set of counters.
+pub fn fold_futex_counters(c: &mut [u64; FUTEX_COUNTERS_LEN as usize]) {
+    let n = core::mem::take(&mut c[FCNT_STATELESS as usize]);
+    for slot in [FCNT_ENTER, FCNT_EXIT, FCNT_CALLS_CREATED] {
+        c[slot as usize] = c[slot as usize].saturating_add(n);
+    }
+}
+
+/// x86_64 syscall numbers of futex(2) and futex_wake(2) (`__syscall_nr` of the syscall
+/// tracepoints; compat syscalls are not traced on x86).
+pub const NR_FUTEX_X86_64: i32 = 202;
+pub const NR_FUTEX_WAKE_X86_64: i32 = 454;
+
+/// Is a call of command slot `cmd` one that cannot wait, so that its exit alone can
+/// account it (the arguments read again from the syscall's saved registers, which the
+/// kernel leaves as the caller set them)? futex(2) calls that are not waits or PI locks,
+/// and futex_wake(2); not futex_requeue(2), whose word is read from user memory at entry.
+/// The entry and exit probes both decide with this: a call is either stored at its entry
+/// or handled at its exit, never both.
+#[inline(always)]
+pub const fn futex_stateless(nr: i32, cmd: u32) -> bool {
+    match nr {
+        NR_FUTEX_X86_64 => !futex_timed(futex_class(cmd)),
+        NR_FUTEX_WAKE_X86_64 => true,
+        _ => false,
+    }
+}
+
+/// Calls of this class are timed: they can wait (or order PI owners by time).
+#[inline(always)]
+pub const fn futex_timed(class: u32) -> bool {
+    matches!(
+        class,
+        FUTEX_CLASS_WAIT | FUTEX_CLASS_LOCK_PI | FUTEX_CLASS_TRYLOCK_PI
+    )
+}
 
 pub const FUTEX_STATS_MAX_ENTRIES: u32 = 16384;
 /// Memory the loader lets `FUTEX_STATS` take (it is per-CPU and preallocated): on many
@@ -406,6 +449,48 @@ mod tests {
         assert!((FUTEX_STATS_MIN_ENTRIES..FUTEX_STATS_MAX_ENTRIES).contains(&n));
         assert_eq!(futex_stats_entries(100_000), FUTEX_STATS_MIN_ENTRIES);
         assert_eq!(futex_stats_entries(0), FUTEX_STATS_MAX_ENTRIES);
+    }
+
+    #[test]
+    fn calls_that_cannot_wait_are_handled_at_their_exit() {
+        let f = NR_FUTEX_X86_64;
+        for cmd in [
+            FUTEX_WAKE,
+            FUTEX_WAKE_OP,
+            FUTEX_CMP_REQUEUE,
+            FUTEX_UNLOCK_PI,
+            FUTEX_FD,
+        ] {
+            assert!(futex_stateless(f, cmd), "{cmd}");
+        }
+        for cmd in [
+            FUTEX_WAIT,
+            FUTEX_WAIT_BITSET,
+            FUTEX_LOCK_PI,
+            FUTEX_TRYLOCK_PI,
+        ] {
+            assert!(!futex_stateless(f, cmd), "{cmd}");
+        }
+        assert!(futex_stateless(NR_FUTEX_WAKE_X86_64, FUTEX2_WAKE));
+        // futex_wait, futex_waitv, futex_requeue, restart_syscall: stored at entry.
+        for nr in [455, 449, 456, 219] {
+            assert!(!futex_stateless(nr, FUTEX_WAKE), "{nr}");
+        }
+    }
+
+    #[test]
+    fn stateless_calls_fold_into_entries_creations_and_exits() {
+        let mut c = [0u64; FUTEX_COUNTERS_LEN as usize];
+        c[FCNT_ENTER as usize] = 10;
+        c[FCNT_EXIT as usize] = 8;
+        c[FCNT_CALLS_CREATED as usize] = 9;
+        c[FCNT_STATELESS as usize] = 5;
+        fold_futex_counters(&mut c);
+        assert_eq!((c[FCNT_ENTER as usize], c[FCNT_EXIT as usize]), (15, 13));
+        assert_eq!(c[FCNT_CALLS_CREATED as usize], 14);
+        assert_eq!(c[FCNT_STATELESS as usize], 0);
+        fold_futex_counters(&mut c);
+        assert_eq!(c[FCNT_ENTER as usize], 15);
     }
 
     #[test]

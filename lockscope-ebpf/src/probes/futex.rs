@@ -11,13 +11,17 @@
 //! Restarts: a call that leaves with `-ERESTARTSYS`/`-ERESTARTNOINTR`/`-ERESTARTNOHAND`
 //! is kept and resumed when the same thread re-enters the same call; one that leaves with
 //! `-ERESTART_RESTARTBLOCK` is resumed by `restart_syscall`. If the thread makes another
-//! futex call instead, the old one was interrupted (counted so).
+//! futex call that can wait instead, the old one was interrupted (counted so).
 //!
-//! The hot path is one target check and one task-storage lookup at entry (a timestamp
-//! only for a call that can wait; for a wait, the syscall-site check of pthread
-//! attribution), and one task-storage lookup and one per-CPU aggregate update at exit:
-//! no hash of calls and no lock on the way (a thread's storage is found from the thread). Tasks we do not trace
-//! cost a target check at entry and one empty task-storage lookup at exit.
+//! Calls that cannot wait (wakes, requeues, PI unlocks: most futex calls of a busy
+//! program) are handled whole at their exit, their arguments read back from the saved
+//! registers (x86_64): nothing is stored at entry, and the exit is one target check and
+//! one per-CPU aggregate update. A call that can wait costs one target check and one
+//! task-storage lookup at entry (a timestamp; for a wait, the syscall-site check of
+//! pthread attribution), and one task-storage lookup and one per-CPU aggregate update at
+//! exit: no hash of calls and no lock on the way (a thread's storage is found from the
+//! thread). Tasks we do not trace cost a target check at entry and one empty
+//! task-storage lookup at exit (a target check, for a call that cannot wait).
 
 use aya_ebpf::{
     EbpfContext as _,
@@ -31,7 +35,9 @@ use aya_ebpf::{
 };
 use lockscope_common::*;
 
-use crate::maps::{CONFIG, TaskStorage, current_is_target, current_process_comm};
+use crate::maps::{
+    CONFIG, TaskStorage, current_is_target, current_is_target_alone, current_process_comm,
+};
 
 /// Finished calls, aggregated per (tgid, uaddr). Preallocated: a per-CPU hash without
 /// preallocation refuses inserts in bursts (its per-CPU allocation cache refills
@@ -100,13 +106,34 @@ fn fcount(slot: u32) {
     }
 }
 
+/// `__syscall_nr` of a syscall tracepoint's record (an `int` after the common header).
+const SYSCALL_NR: usize = 8;
+
+#[inline(always)]
+fn syscall_nr(ctx: &TracePointContext) -> i32 {
+    // SAFETY: the field every syscall tracepoint's record has at this offset.
+    unsafe { *(ctx.as_ptr() as *const u8).add(SYSCALL_NR).cast::<i32>() }
+}
+
+/// Calls that cannot wait are handled whole at their exit (see [`futex_stateless`]):
+/// their entry stores nothing. Only where the exit can read the arguments back from
+/// the saved registers (x86_64).
+#[inline(always)]
+fn stateless(nr: i32, cmd: u32) -> bool {
+    cfg!(bpf_target_arch = "x86_64") && futex_stateless(nr, cmd)
+}
+
 /// futex(uaddr, op, val, utime|val2, uaddr2, val3)
 #[tracepoint(category = "syscalls", name = "sys_enter_futex")]
 pub fn futex_enter(ctx: TracePointContext) -> u32 {
     let uaddr = arg(&ctx, ARG0);
     let op = arg(&ctx, ARG1) as u32;
+    let cmd = futex_cmd_slot(op);
+    if stateless(syscall_nr(&ctx), cmd) {
+        return 0;
+    }
     let shared = op & FUTEX_PRIVATE_FLAG == 0;
-    on_enter(uaddr, futex_cmd_slot(op), op, 0, 0, shared);
+    on_enter(uaddr, cmd, op, 0, 0, shared);
     0
 }
 
@@ -125,9 +152,13 @@ pub fn futex_wait_enter(ctx: TracePointContext) -> u32 {
     0
 }
 
-/// futex_wake(uaddr, mask, nr, flags)
+/// futex_wake(uaddr, mask, nr, flags). Not attached where the exit handles these calls
+/// whole (x86_64: [`stateless`]).
 #[tracepoint(category = "syscalls", name = "sys_enter_futex_wake")]
 pub fn futex_wake_enter(ctx: TracePointContext) -> u32 {
+    if stateless(syscall_nr(&ctx), FUTEX2_WAKE) {
+        return 0;
+    }
     let flags = arg(&ctx, ARG3) as u32;
     on_enter(
         arg(&ctx, ARG0),
@@ -177,8 +208,80 @@ pub fn futex_requeue_enter(ctx: TracePointContext) -> u32 {
 /// Attached to every `sys_exit_futex*` tracepoint.
 #[tracepoint(category = "syscalls", name = "sys_exit_futex")]
 pub fn futex_exit(ctx: TracePointContext) -> u32 {
-    on_exit(arg(&ctx, RET) as i64, false);
+    let ret = arg(&ctx, RET) as i64;
+    if !stateless_exit(&ctx, ret) {
+        on_exit(ret, false);
+    }
     0
+}
+
+/// A call that cannot wait, handled whole at its exit, its arguments read from the
+/// registers the kernel saved at entry: true if this exit was one.
+#[cfg(bpf_target_arch = "x86_64")]
+#[inline(always)]
+fn stateless_exit(ctx: &TracePointContext, ret: i64) -> bool {
+    use aya_ebpf::{
+        bindings::pt_regs,
+        helpers::{bpf_get_current_task_btf, bpf_task_pt_regs},
+    };
+    let nr = syscall_nr(ctx);
+    if nr != NR_FUTEX_X86_64 && nr != NR_FUTEX_WAKE_X86_64 {
+        return false;
+    }
+    // SAFETY: helpers on the current task; the result is a BTF pointer to its saved
+    // registers, whose loads the verifier checks against the type (and makes fault-safe).
+    let regs = unsafe { bpf_task_pt_regs(bpf_get_current_task_btf()) } as *const pt_regs;
+    if regs.is_null() {
+        return false;
+    }
+    // SAFETY: see above.
+    let uaddr = unsafe { (*regs).rdi };
+    let (cmd, op) = if nr == NR_FUTEX_X86_64 {
+        // SAFETY: see above.
+        let op = unsafe { (*regs).rsi } as u32;
+        (futex_cmd_slot(op), op)
+    } else {
+        // futex_wake(uaddr, mask, nr, flags): flags in the fourth argument (r10).
+        // SAFETY: see above.
+        (FUTEX2_WAKE, unsafe { (*regs).r10 } as u32)
+    };
+    if !stateless(nr, cmd) {
+        return false;
+    }
+    // FUTEX2_PRIVATE is FUTEX_PRIVATE_FLAG.
+    on_stateless_exit(uaddr, cmd, op, op & FUTEX_PRIVATE_FLAG == 0, ret);
+    true
+}
+
+#[cfg(not(bpf_target_arch = "x86_64"))]
+#[inline(always)]
+fn stateless_exit(_ctx: &TracePointContext, _ret: i64) -> bool {
+    false
+}
+
+#[cfg_attr(not(bpf_target_arch = "x86_64"), allow(dead_code))]
+/// The whole of a call that cannot wait, at its exit: counted (an entry, a created call
+/// and an exit: `FCNT_STATELESS`) and aggregated, nothing stored.
+#[inline(always)]
+fn on_stateless_exit(uaddr: u64, cmd: u32, op: u32, shared: bool, ret: i64) {
+    if !gate_open() || !current_is_target_alone() {
+        return;
+    }
+    fcount(FCNT_STATELESS);
+    let call = FutexCall {
+        ts_ns: UNTIMED_TS,
+        uaddr,
+        waiters: 0,
+        tgid: (bpf_get_current_pid_tgid() >> 32) as u32,
+        cmd,
+        op,
+        nr: 0,
+        state: FUTEX_CALL_ACTIVE,
+        flags: if shared { FUTEX_CALL_SHARED } else { 0 },
+        pi_word: 0,
+        restarts: 0,
+    };
+    account(&call, ret, UNTIMED_TS, false);
 }
 
 /// `restart_syscall` continues a timed futex wait that a signal interrupted.
@@ -226,11 +329,7 @@ fn gate_open() -> bool {
 
 #[inline(always)]
 fn on_enter(uaddr: u64, cmd: u32, op: u32, waiters: u64, nr: u32, shared: bool) {
-    if !gate_open() {
-        return;
-    }
-    let cfg = CONFIG.load();
-    if !current_is_target(&cfg) {
+    if !gate_open() || !current_is_target_alone() {
         return;
     }
     fcount(FCNT_ENTER);
@@ -238,9 +337,7 @@ fn on_enter(uaddr: u64, cmd: u32, op: u32, waiters: u64, nr: u32, shared: bool) 
     let class = futex_class(cmd);
     // Only a call that can wait (or whose PI owner is ordered by time) is timed; the
     // others keep a non-zero marker: a clock read saved on every wake.
-    let timed = class == FUTEX_CLASS_WAIT
-        || class == FUTEX_CLASS_LOCK_PI
-        || class == FUTEX_CLASS_TRYLOCK_PI;
+    let timed = futex_timed(class);
 
     let Some(slot) = FUTEX_CALLS.current(true) else {
         fcount(FCNT_LOST_CALL_FULL);

@@ -38,6 +38,9 @@ pub const FUTEX_PROGRAMS: [(&str, &str); 11] = [
     ("futex_exit", "sys_exit_futex_requeue"),
     ("futex_restart_enter", "sys_enter_restart_syscall"),
 ];
+/// Not attached on x86_64, where the exit probe handles calls that cannot wait whole,
+/// reading their arguments back from the saved registers.
+const FUTEX_WAKE_ENTER: &str = "futex_wake_enter";
 /// Attached after the others, so that no restart is continued before its exit probe runs.
 pub const FUTEX_RESTART_EXIT: (&str, &str) = ("futex_restart_exit", "sys_exit_restart_syscall");
 
@@ -102,6 +105,10 @@ impl Futex {
             return Ok(());
         }
         for (prog, tp) in FUTEX_PROGRAMS.into_iter().chain([FUTEX_RESTART_EXIT]) {
+            if prog == FUTEX_WAKE_ENTER && cfg!(target_arch = "x86_64") {
+                // The exit handles futex_wake(2) calls whole: nothing to do at entry.
+                continue;
+            }
             if !features::tracepoint_exists(&tracefs, "syscalls", tp) {
                 self.missing.push(tp.to_owned());
                 continue;

@@ -28,7 +28,7 @@ pub fn read_pthread_counters(ebpf: &Ebpf) -> anyhow::Result<[u64; PTHREAD_COUNTE
     Ok(c)
 }
 
-/// Per-CPU futex counters summed over CPUs.
+/// Per-CPU futex counters summed over CPUs, calls handled whole at their exit folded in.
 pub fn read_futex_counters(ebpf: &Ebpf) -> anyhow::Result<[u64; FUTEX_COUNTERS_LEN as usize]> {
     let counters: PerCpuArray<&MapData, u64> =
         PerCpuArray::try_from(ebpf.map("FUTEX_COUNTERS").context("FUTEX_COUNTERS map")?)?;
@@ -36,6 +36,7 @@ pub fn read_futex_counters(ebpf: &Ebpf) -> anyhow::Result<[u64; FUTEX_COUNTERS_L
     for (i, slot) in out.iter_mut().enumerate() {
         *slot = counters.get(&(i as u32), 0)?.iter().sum();
     }
+    lockscope_common::fold_futex_counters(&mut out);
     Ok(out)
 }
 
