@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use super::RESULT_MARK;
 
 /// Everything one guest printed, split by markers.
-#[derive(Debug, Default, PartialEq, Eq)]
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct GuestLog {
     pub booted: Option<String>,
     /// Step name -> (exit code, output).

@@ -349,6 +349,55 @@ fn run_guest(k: &GuestKernel, initrd: &Path, work: &Path) -> Result<GuestReport>
 // ---------------------------------------------------------------- checks
 
 /// Host-side checks of one guest's output.
+/// The futex step: the workload's futex word counted exactly (its own counts of waits,
+/// `EAGAIN`s, wakes and tasks woken), every call paired, nothing lost.
+fn check_futex(g: &GuestLog, lines: &mut Vec<String>, check: &mut impl FnMut(bool, String)) {
+    let Some(rec) = g.recording("futex.json", check) else {
+        return;
+    };
+    let out = g.steps.get("futex").map(|s| s.1.as_str()).unwrap_or("");
+    let own: Option<serde_json::Value> = out
+        .lines()
+        .filter(|l| l.contains("\"workload\":\"futex-mutex\""))
+        .find_map(|l| serde_json::from_str(l).ok());
+    let Some(own) = own else {
+        check(false, "futex: the workload printed its counts".into());
+        return;
+    };
+    let ev = &rec["futex_events"];
+    lines.push(format!("futex events: {ev}"));
+    check(
+        ev["enter"].as_u64().is_some_and(|n| n > 0)
+            && ev["enter"] == ev["exit"]
+            && ev["unpaired_enter"] == 0
+            && ev["unpaired_exit"] == 0,
+        format!("futex: every call paired ({ev})"),
+    );
+    let addr = own["lock"].as_str().unwrap_or("");
+    let Some(l) = rec["locks"]
+        .as_array()
+        .and_then(|ls| ls.iter().find(|l| l["addr"] == addr))
+    else {
+        check(
+            false,
+            format!("futex: an entry for the workload's word {addr}"),
+        );
+        return;
+    };
+    for (mine, theirs) in [
+        ("wait_calls", "futex_wait"),
+        ("eagain", "eagain"),
+        ("wake_calls", "futex_wake"),
+        ("woken", "woken"),
+    ] {
+        let (a, b) = (l["futex"][mine].as_u64(), own[theirs].as_u64());
+        check(
+            a.is_some() && a == b,
+            format!("futex: {mine} {a:?} == the workload's {theirs} {b:?}"),
+        );
+    }
+}
+
 pub fn check_guest(k: &GuestKernel, g: &GuestLog) -> GuestReport {
     let mut checks: Vec<(bool, String)> = Vec::new();
     let mut lines = Vec::new();
@@ -408,6 +457,7 @@ pub fn check_guest(k: &GuestKernel, g: &GuestLog) -> GuestReport {
     }
 
     check_rwsem(k, g, &mut lines, &mut check);
+    check_futex(g, &mut lines, &mut check);
     check_spin(g, &mut lines, &mut check);
     if k.rt {
         check_ptrace_rt(g, &mut lines, &mut check);
@@ -657,8 +707,30 @@ mod tests {
             "handoff.json".into(),
             recording(r#"{"rlock_handoff": 0}"#, r#"{"wlock_handoff": 2}"#, "{}"),
         );
+        let futex_out = "{\"workload\":\"futex-mutex\",\"lock\":\"0x10\",\"futex_wait\":5,\
+                         \"eagain\":1,\"futex_wake\":6,\"woken\":4}\n";
+        g.steps.insert("futex".into(), (0, futex_out.into()));
+        let futex_rec = r#"{"futex_events": {"enter": 11, "exit": 11, "unpaired_enter": 0,
+            "unpaired_exit": 0}, "locks": [{"addr": "0x10", "futex": {"wait_calls": 5,
+            "eagain": 1, "wake_calls": 6, "woken": 4}}]}"#;
+        g.files.insert("futex.json".into(), futex_rec.into());
+        let mut miscounted = g.clone();
+        miscounted.files.insert(
+            "futex.json".into(),
+            futex_rec.replace("\"woken\": 4", "\"woken\": 3"),
+        );
+        let report = check_guest(&KERNELS[0], &miscounted);
+        assert!(
+            report
+                .lines
+                .iter()
+                .any(|l| l == "FAIL futex: woken Some(3) == the workload's woken Some(4)"),
+            "{:#?}",
+            report.lines
+        );
         let report = check_guest(&KERNELS[0], &g);
-        // This guest ran the rwsem steps only: every rwsem check passes, and exactly the
+        // This guest ran the rwsem and futex steps only: every rwsem and futex check
+        // passes, and exactly the
         // deep spinlock tier's checks fail (no doctor row, no pi-contend recordings).
         let fails: Vec<&String> = report
             .lines

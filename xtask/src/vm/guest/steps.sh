@@ -3,6 +3,10 @@ step churn lockscope record -n 5 -o /tmp/churn.json -- lockscope workload mmap-c
 dump churn.json
 step handoff lockscope record -n 5 -o /tmp/handoff.json -- lockscope workload mmap-handoff --seconds 4
 dump handoff.json
+# The futex probes (calls that cannot wait are handled whole at their exit, their
+# arguments read from the saved registers): counts equal the workload's own.
+step futex lockscope record -n 1 -o /tmp/futex.json -- lockscope workload futex-mutex --threads 4 --seconds 2 --load 300 --json
+dump futex.json
 step pi-contend lockscope record -n 5 -o /tmp/pi.json -- lockscope workload pi-contend --threads 4 --seconds 4
 dump pi.json
 step pi-calm lockscope record -n 5 -o /tmp/pi-calm.json -- lockscope workload pi-contend --threads 1 --one-cpu --seconds 3
