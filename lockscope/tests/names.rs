@@ -71,3 +71,52 @@ fn the_busiest_dynamic_locks_of_a_mix_are_named() {
     let bare = top.iter().filter(|n| n.starts_with("0x")).count();
     assert!(bare <= 2, "{bare} of the top 20 unnamed: {top:#?}");
 }
+
+/// Processes run one after another reuse each other's freed `mm_struct`s: an
+/// `mmap_lock` entry named after its first process says when later processes' waits on
+/// the same address are in it, and only then (a name is never silently someone else's).
+#[test]
+fn an_mmap_lock_whose_memory_a_later_process_reuses_says_so() {
+    let _serial = serial();
+    let file = scratch("names-reuse").join("rec.json");
+    let me = bin();
+    let script = format!(
+        "for i in 1 2 3 4 5 6 7 8 9 10; do '{me}' workload mmap-churn --threads 4 \
+         --seconds 0.3 >/dev/null; done"
+    );
+    run_ok(
+        lockscope()
+            .args(["record", "-n", "0", "-o"])
+            .arg(&file)
+            .args(["--", "sh", "-c", &script]),
+    );
+    let rec = read_json(&file);
+    let mut shared = 0;
+    for l in rec["locks"].as_array().unwrap() {
+        let name = l["name"].as_str().unwrap_or_default();
+        let Some(rest) = name
+            .strip_prefix("mmap_lock of lockscope[")
+            .or_else(|| name.strip_prefix("mmap_lock.wait_lock of lockscope["))
+        else {
+            continue;
+        };
+        let pid: u64 = rest.split(']').next().unwrap().parse().unwrap();
+        let pids: Vec<u64> = l["tasks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["pid"].as_u64().unwrap())
+            .collect();
+        assert!(pids.contains(&pid), "{name}: {pids:?}");
+        let others = pids.iter().any(|&p| p != pid);
+        let marked = name.ends_with(", then other processes at this address");
+        assert_eq!(others, marked, "{name}: waiters {pids:?}");
+        shared += usize::from(others);
+    }
+    // Ten processes in a row on two CPUs: SLUB hands a freed mm_struct to the next fork.
+    assert!(
+        shared > 0,
+        "no mm_struct address was reused: {:#}",
+        rec["locks"]
+    );
+}

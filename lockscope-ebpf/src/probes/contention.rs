@@ -508,10 +508,20 @@ fn name_lock(cfg: &ProbeConfig, lock: u64) {
         // SAFETY: a live map value, used before the program returns; a racing writer
         // can only set the same flag.
         let info = unsafe { &mut *info };
-        // An object with an identity word: still the same object at this address?
-        if info.has_ident == IDENT_ONE
-            && read_kernel(info.object + info.ident_off as u64) != info.ident
-        {
+        // An object with an identity word: still the same object at this address? A
+        // process's own lock: waited for by another process as its own?
+        let reused = if info.has_ident == IDENT_ONE {
+            read_kernel(info.object + info.ident_off as u64) != info.ident
+        } else {
+            info.has_ident == IDENT_NONE
+                && matches!(
+                    info.kind,
+                    LOCK_KIND_MMAP_LOCK | LOCK_KIND_MMAP_WAIT_LOCK | LOCK_KIND_SIGLOCK
+                )
+                && (bpf_get_current_pid_tgid() >> 32) as u32 != info.tgid
+                && owner_replaced(cfg, lock, info.kind, info.tgid)
+        };
+        if reused {
             info.has_ident = IDENT_REUSED;
         }
         return;
@@ -560,6 +570,60 @@ fn name_lock(cfg: &ProbeConfig, lock: u64) {
         (0, current_process_comm(cfg))
     };
     remember_lock(lock, kind, (pid_tgid >> 32) as u32, comm, tid);
+}
+
+/// A process's own `mmap_lock` (or `siglock`) named after process `owner`, now waited
+/// for by another process as its own: the first owner's `mm_struct` (`sighand_struct`)
+/// was freed and this one reuses its memory, unless the two share it (`CLONE_VM` or
+/// `CLONE_SIGHAND` without `CLONE_THREAD`, as in `vfork`). Asks the kernel for the first
+/// owner (`bpf_task_from_pid`, Linux 6.2+; without it nothing is concluded). Only on the
+/// contended path, for a wait of a process other than the one the lock is named after.
+#[inline(never)]
+fn owner_replaced(cfg: &ProbeConfig, lock: u64, kind: u32, owner: u32) -> bool {
+    if SLAB_CONFIG.load().holder_stacks == 0 {
+        return false;
+    }
+    // SAFETY: a BPF helper without pointer arguments.
+    let task = unsafe { bpf_get_current_task() };
+    let (field, own) = if kind == LOCK_KIND_SIGLOCK {
+        let sighand: u64 = read_kernel(task + cfg.off_task_sighand as u64);
+        (
+            cfg.off_task_sighand,
+            (sighand != 0 && lock == sighand + cfg.off_sighand_siglock as u64).then_some(sighand),
+        )
+    } else {
+        let mm: u64 = read_kernel(task + cfg.off_task_mm as u64);
+        let rwsem = mm + cfg.off_mm_mmap_lock as u64;
+        (
+            cfg.off_task_mm,
+            (mm != 0 && (lock == rwsem || lock == rwsem + cfg.off_rwsem_wait_lock as u64))
+                .then_some(mm),
+        )
+    };
+    let Some(object) = own else {
+        // Another process's lock (a remote access, e.g. reading its /proc files).
+        return false;
+    };
+    type FromPid = unsafe extern "C" fn(i32) -> *mut core::ffi::c_void;
+    type Release = unsafe extern "C" fn(*mut core::ffi::c_void);
+    // SAFETY: the helper-call idiom (see `kmem_cache_of`); the loader makes these the
+    // kernel's bpf_task_from_pid(s32) and bpf_task_release(struct task_struct *).
+    let (from_pid, release) = unsafe {
+        (
+            core::mem::transmute::<usize, FromPid>(KFUNC_TASK_FROM_PID as usize),
+            core::mem::transmute::<usize, Release>(KFUNC_TASK_RELEASE as usize),
+        )
+    };
+    // SAFETY: as above; a pid the kernel does not know gives null.
+    let first = unsafe { from_pid(owner as i32) };
+    if first.is_null() {
+        // The first owner is gone: its structure was freed, this is another.
+        return true;
+    }
+    let theirs: u64 = read_kernel(first as u64 + field as u64);
+    // SAFETY: the reference taken above, released once.
+    unsafe { release(first) };
+    theirs != object
 }
 
 /// Store a task-structure lock's identity (built in the per-CPU scratch).

@@ -216,6 +216,9 @@ pub struct LockOwner {
     pub comm: String,
     /// A `pi_lock`'s thread, when it is not the process's main thread.
     pub tid: Option<u32>,
+    /// The kernel saw another process wait for this address as its own lock: the
+    /// owner's structure was freed and reused (the name is the first owner's).
+    pub reused: bool,
 }
 
 /// Which field of the owner's structures the lock is.
@@ -254,6 +257,7 @@ impl LockOwner {
             comm: comm_to_string(&info.comm),
             tid: (field == LockField::PiLock && info.tid != 0 && info.tid != info.tgid)
                 .then_some(info.tid),
+            reused: info.has_ident == lockscope_common::IDENT_REUSED,
         })
     }
 
@@ -262,7 +266,12 @@ impl LockOwner {
     /// deep spinlock tier names it).
     pub fn name(&self) -> String {
         let id = self.tid.unwrap_or(self.pid);
-        format!("{} of {}[{}]", self.field.name(), self.comm, id)
+        let reused = if self.reused {
+            ", then other processes at this address"
+        } else {
+            ""
+        };
+        format!("{} of {}[{}]{reused}", self.field.name(), self.comm, id)
     }
 }
 
@@ -402,6 +411,16 @@ mod tests {
         assert_eq!(
             LockOwner::decode(&info).unwrap().name(),
             "mmap_lock of make[42]"
+        );
+        // Another process waited for the address as its own mmap_lock: the first
+        // owner's mm was freed and reused, and the name says so.
+        let reused = LockInfo {
+            has_ident: lockscope_common::IDENT_REUSED,
+            ..info
+        };
+        assert_eq!(
+            LockOwner::decode(&reused).unwrap().name(),
+            "mmap_lock of make[42], then other processes at this address"
         );
         let bad = LockInfo { kind: 99, ..info };
         assert!(LockOwner::decode(&bad).is_err());
