@@ -437,16 +437,7 @@ fn holder_stack(tid: u32) -> u64 {
     let Some(buf) = STACK_SCRATCH.get_ptr_mut(0) else {
         return 0;
     };
-    type FromPid = unsafe extern "C" fn(i32) -> *mut core::ffi::c_void;
-    type Release = unsafe extern "C" fn(*mut core::ffi::c_void);
-    // SAFETY: the helper-call idiom (see `kmem_cache_of`); the loader makes these the
-    // kernel's bpf_task_from_pid(s32) and bpf_task_release(struct task_struct *).
-    let (from_pid, release) = unsafe {
-        (
-            core::mem::transmute::<usize, FromPid>(KFUNC_TASK_FROM_PID as usize),
-            core::mem::transmute::<usize, Release>(KFUNC_TASK_RELEASE as usize),
-        )
-    };
+    let (from_pid, release) = task_kfuncs();
     // SAFETY: as above; a pid the kernel does not know gives null.
     let task = unsafe { from_pid(tid as i32) };
     if task.is_null() {
@@ -604,16 +595,7 @@ fn owner_replaced(cfg: &ProbeConfig, lock: u64, kind: u32, owner: u32) -> bool {
         // Another process's lock (a remote access, e.g. reading its /proc files).
         return false;
     };
-    type FromPid = unsafe extern "C" fn(i32) -> *mut core::ffi::c_void;
-    type Release = unsafe extern "C" fn(*mut core::ffi::c_void);
-    // SAFETY: the helper-call idiom (see `kmem_cache_of`); the loader makes these the
-    // kernel's bpf_task_from_pid(s32) and bpf_task_release(struct task_struct *).
-    let (from_pid, release) = unsafe {
-        (
-            core::mem::transmute::<usize, FromPid>(KFUNC_TASK_FROM_PID as usize),
-            core::mem::transmute::<usize, Release>(KFUNC_TASK_RELEASE as usize),
-        )
-    };
+    let (from_pid, release) = task_kfuncs();
     // SAFETY: as above; a pid the kernel does not know gives null.
     let first = unsafe { from_pid(owner as i32) };
     if first.is_null() {
@@ -624,6 +606,22 @@ fn owner_replaced(cfg: &ProbeConfig, lock: u64, kind: u32, owner: u32) -> bool {
     // SAFETY: the reference taken above, released once.
     unsafe { release(first) };
     theirs != object
+}
+
+type FromPid = unsafe extern "C" fn(i32) -> *mut core::ffi::c_void;
+type Release = unsafe extern "C" fn(*mut core::ffi::c_void);
+
+/// bpf_task_from_pid(s32) and bpf_task_release(struct task_struct *).
+#[inline(always)]
+fn task_kfuncs() -> (FromPid, Release) {
+    // SAFETY: the helper-call idiom (see `kmem_cache_of`); the loader makes these calls
+    // of the kernel's functions (Linux 6.2+; else `SlabConfig::holder_stacks` is 0).
+    unsafe {
+        (
+            core::mem::transmute::<usize, FromPid>(KFUNC_TASK_FROM_PID as usize),
+            core::mem::transmute::<usize, Release>(KFUNC_TASK_RELEASE as usize),
+        )
+    }
 }
 
 /// Store a task-structure lock's identity (built in the per-CPU scratch).
