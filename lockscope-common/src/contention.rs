@@ -166,9 +166,10 @@ pub struct SlabConfig {
     pub page_type_table: u32,
     /// `sizeof(struct page)`.
     pub page_struct_size: u32,
-    /// 1: take a holder's kernel stack the first time a (lock, holder) is waited for
-    /// (the `bpf_task_from_pid` kfunc is there, Linux 6.2+).
-    pub holder_stacks: u32,
+    /// 1: the `bpf_task_from_pid` and `bpf_task_release` kfuncs are there (Linux 6.2+):
+    /// a holder's kernel stack is taken the first time a (lock, holder) is waited for,
+    /// and a process's own lock found reused by a later process.
+    pub task_kfuncs: u32,
     pub _pad: u32,
 }
 assert_size!(SlabConfig, 48);

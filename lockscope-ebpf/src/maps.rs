@@ -103,37 +103,6 @@ pub fn count_n(slot: u32, n: u64) {
     }
 }
 
-/// One field of [`CONFIG`], read alone (`CONFIG.load()` copies the whole of it: a load
-/// and a store per field, on every call).
-macro_rules! config_field {
-    ($field:ident) => {{
-        let cfg = &CONFIG as *const Global<ProbeConfig> as *const ProbeConfig;
-        // SAFETY: `Global` is a transparent wrapper of an initialised `ProbeConfig`; a
-        // volatile read of one of its fields, as `load` reads the whole.
-        unsafe { core::ptr::read_volatile(core::ptr::addr_of!((*cfg).$field)) }
-    }};
-}
-
-/// [`current_is_target`] for a program that needs nothing else of `CONFIG`: reads only
-/// the filter's fields.
-#[inline(always)]
-pub fn current_is_target_alone() -> bool {
-    match config_field!(filter_mode) {
-        FILTER_TGIDS => {
-            let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
-            // SAFETY: a map value, only read, before the program returns.
-            unsafe { TARGETS.get(tgid).is_some() }
-        }
-        FILTER_CGROUP => {
-            let level = config_field!(cgroup_level);
-            // SAFETY: a BPF helper without pointer arguments.
-            let id = unsafe { bpf_get_current_ancestor_cgroup_id(level as i32) };
-            id == config_field!(cgroup_id)
-        }
-        _ => true,
-    }
-}
-
 /// Does the current task belong to what we trace? Filtering happens here, in the kernel.
 #[inline(always)]
 pub fn current_is_target(cfg: &ProbeConfig) -> bool {

@@ -914,15 +914,13 @@ fn ns_of(programs: &[ProgCost], owner: &str, prefix: &str) -> Option<f64> {
 /// same tracepoints under futex-mutex.
 fn cost_per_event(ctx: &Ctx) -> Result<Cost> {
     let secs = if ctx.quick { "1" } else { "3" };
-    let workload = |w: &str| {
-        vec![
-            w.to_string(),
-            "--seconds".into(),
-            secs.into(),
-            "--json".into(),
-        ]
+    let workload = |w: &[&str]| -> Vec<String> {
+        w.iter()
+            .chain(&["--seconds", secs, "--json"])
+            .map(|a| a.to_string())
+            .collect()
     };
-    let churn = workload("mmap-churn");
+    let churn = workload(&["mmap-churn"]);
     let (programs, cpu_s) = side_by_side(
         ctx,
         "cost",
@@ -951,10 +949,12 @@ fn cost_per_event(ctx: &Ctx) -> Result<Cost> {
         .map(|p| p.run_time_ns)
         .sum();
 
-    let futex = futex_cost(ctx, "cost-futex", &workload("futex-mutex"))?;
-    let mut wake = vec!["syscall-loop".to_string(), "--futex-wake".into()];
-    wake.extend(workload("")[1..].iter().cloned());
-    let futex_nonblocking = futex_cost(ctx, "cost-futex-wake", &wake)?;
+    let futex = futex_cost(ctx, "cost-futex", &workload(&["futex-mutex"]))?;
+    let futex_nonblocking = futex_cost(
+        ctx,
+        "cost-futex-wake",
+        &workload(&["syscall-loop", "--futex-wake"]),
+    )?;
     Ok(Cost {
         workload: churn.join(" "),
         programs,

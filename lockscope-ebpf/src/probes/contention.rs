@@ -78,7 +78,7 @@ static SLAB_CONFIG: Global<SlabConfig> = Global::new(SlabConfig {
     off_page_type: 0,
     page_type_table: 0,
     page_struct_size: 64,
-    holder_stacks: 0,
+    task_kfuncs: 0,
     _pad: 0,
 });
 
@@ -409,7 +409,7 @@ fn push_spin_wait(w: &WaitStart) -> Option<u32> {
 /// the stack budget. Out of line: it keeps `contention_begin` within the BPF stack.
 #[inline(never)]
 fn remember_holder_stack(cfg: &ProbeConfig, lock: u64, flags: u32, holder: u64, now: u64) {
-    if SLAB_CONFIG.load().holder_stacks == 0 {
+    if SLAB_CONFIG.load().task_kfuncs == 0 {
         return;
     }
     let key = HolderKey {
@@ -571,7 +571,7 @@ fn name_lock(cfg: &ProbeConfig, lock: u64) {
 /// contended path, for a wait of a process other than the one the lock is named after.
 #[inline(never)]
 fn owner_replaced(cfg: &ProbeConfig, lock: u64, kind: u32, owner: u32) -> bool {
-    if SLAB_CONFIG.load().holder_stacks == 0 {
+    if SLAB_CONFIG.load().task_kfuncs == 0 {
         return false;
     }
     // SAFETY: a BPF helper without pointer arguments.
@@ -615,7 +615,7 @@ type Release = unsafe extern "C" fn(*mut core::ffi::c_void);
 #[inline(always)]
 fn task_kfuncs() -> (FromPid, Release) {
     // SAFETY: the helper-call idiom (see `kmem_cache_of`); the loader makes these calls
-    // of the kernel's functions (Linux 6.2+; else `SlabConfig::holder_stacks` is 0).
+    // of the kernel's functions (Linux 6.2+; else `SlabConfig::task_kfuncs` is 0).
     unsafe {
         (
             core::mem::transmute::<usize, FromPid>(KFUNC_TASK_FROM_PID as usize),

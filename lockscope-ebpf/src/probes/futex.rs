@@ -35,9 +35,7 @@ use aya_ebpf::{
 };
 use lockscope_common::*;
 
-use crate::maps::{
-    CONFIG, TaskStorage, current_is_target, current_is_target_alone, current_process_comm,
-};
+use crate::maps::{CONFIG, TaskStorage, current_is_target, current_process_comm};
 
 /// Finished calls, aggregated per (tgid, uaddr). Preallocated: a per-CPU hash without
 /// preallocation refuses inserts in bursts (its per-CPU allocation cache refills
@@ -156,9 +154,6 @@ pub fn futex_wait_enter(ctx: TracePointContext) -> u32 {
 /// whole (x86_64: [`stateless`]).
 #[tracepoint(category = "syscalls", name = "sys_enter_futex_wake")]
 pub fn futex_wake_enter(ctx: TracePointContext) -> u32 {
-    if stateless(syscall_nr(&ctx), FUTEX2_WAKE) {
-        return 0;
-    }
     let flags = arg(&ctx, ARG3) as u32;
     on_enter(
         arg(&ctx, ARG0),
@@ -264,7 +259,7 @@ fn stateless_exit(_ctx: &TracePointContext, _ret: i64) -> bool {
 /// and an exit: `FCNT_STATELESS`) and aggregated, nothing stored.
 #[inline(always)]
 fn on_stateless_exit(uaddr: u64, cmd: u32, op: u32, shared: bool, ret: i64) {
-    if !gate_open() || !current_is_target_alone() {
+    if !gate_open() || !current_is_target(&CONFIG.load()) {
         return;
     }
     fcount(FCNT_STATELESS);
@@ -329,7 +324,7 @@ fn gate_open() -> bool {
 
 #[inline(always)]
 fn on_enter(uaddr: u64, cmd: u32, op: u32, waiters: u64, nr: u32, shared: bool) {
-    if !gate_open() || !current_is_target_alone() {
+    if !gate_open() || !current_is_target(&CONFIG.load()) {
         return;
     }
     fcount(FCNT_ENTER);

@@ -139,11 +139,12 @@ impl Family for Contention {
         self.kfuncs = kernel_kfuncs(cx.kbtf);
         let has = |p: i32| self.kfuncs.iter().any(|(k, _)| *k == p);
         if has(KFUNC_TASK_FROM_PID) && has(KFUNC_TASK_RELEASE) {
-            self.naming.config.holder_stacks = 1;
+            self.naming.config.task_kfuncs = 1;
         } else {
             cx.notes.push(
-                "btf: lock holders' stacks are not taken (no bpf_task_from_pid kfunc: \
-                 Linux 6.2+)"
+                "btf: lock holders' stacks are not taken, and a process's mmap_lock or \
+                 siglock reused by a later process is not said to be (no \
+                 bpf_task_from_pid kfunc: Linux 6.2+)"
                     .to_owned(),
             );
         }

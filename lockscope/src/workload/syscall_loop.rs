@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::bail;
 
-use super::sys;
+use super::{futex_sys::FutexCounts, sys};
 
 /// Options for `lockscope workload syscall-loop`.
 #[derive(Debug, Clone, clap::Args)]
@@ -34,20 +34,11 @@ pub fn run(args: &SyscallLoopArgs) -> anyhow::Result<()> {
     let t0 = Instant::now();
     let mut calls: u64 = 0;
     let word = std::sync::atomic::AtomicU32::new(0);
-    let mut woken: i64 = 0;
+    let mut futex = FutexCounts::default();
     while t0.elapsed() < limit && !sys::stop_requested() {
         if args.futex_wake {
             for _ in 0..1000 {
-                // SAFETY: FUTEX_WAKE on a live, aligned u32 of ours; no timeout or second
-                // word is read for this command.
-                woken += unsafe {
-                    libc::syscall(
-                        libc::SYS_futex,
-                        word.as_ptr(),
-                        libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG,
-                        1,
-                    )
-                };
+                futex.wake(&word, 1);
             }
         } else {
             for _ in 0..1000 {
@@ -57,8 +48,12 @@ pub fn run(args: &SyscallLoopArgs) -> anyhow::Result<()> {
         }
         calls += 1000;
     }
-    if woken != 0 {
-        bail!("FUTEX_WAKE on a word no one waits on returned {woken} in total");
+    if futex.woken != 0 || futex.errors != 0 {
+        bail!(
+            "FUTEX_WAKE on a word no one waits on woke {} and failed {} times",
+            futex.woken,
+            futex.errors
+        );
     }
     let elapsed = t0.elapsed();
     let rate = sys::rate(calls, elapsed);
