@@ -16,7 +16,8 @@ fn field(stdout: &str, key: &str) -> u64 {
 #[test]
 fn the_long_holder_is_blamed_for_the_waits_of_the_other() {
     let _serial = serial();
-    let (stdout, rec, file) = record_workload_file("holders", &["mmap-holders", "--seconds", "2"]);
+    let (stdout, rec, file) =
+        record_workload_file("holders", &["mmap-holders", "--seconds", "2", "--one-cpu"]);
     let (pid, long, short) = (
         field(&stdout, "pid:"),
         field(&stdout, "long_tid:"),

@@ -23,6 +23,11 @@ pub struct MmapHoldersArgs {
     /// Size of the long holder's region, in MiB: how long one of its holds lasts.
     #[arg(long, value_name = "MIB", default_value_t = 32)]
     pub region_mib: usize,
+    /// Run both holders on one CPU: a wait then never finds its holder running on
+    /// another CPU, where the kernel does not walk a task's stack, so the holder's
+    /// stack is taken at its first wait.
+    #[arg(long)]
+    pub one_cpu: bool,
     /// Print the summary as one JSON object instead of `key: value` lines.
     #[arg(long)]
     pub json: bool,
@@ -59,6 +64,13 @@ pub fn run(args: &MmapHoldersArgs) -> anyhow::Result<()> {
     // Fault every page in: the protection change then walks populated page tables.
     // SAFETY: writing inside the mapping just created.
     unsafe { std::ptr::write_bytes(long.as_ptr(), 1, long_len) };
+    if args.one_cpu {
+        // The holders are spawned from here: they inherit the affinity.
+        let cpu = *sys::allowed_cpus()
+            .first()
+            .context("no CPU allowed to this process")?;
+        sys::pin_current_thread(cpu)?;
+    }
     let short = Arc::new(sys::Mapping::anonymous(page)?);
     // SAFETY: as above.
     unsafe { std::ptr::write_bytes(short.as_ptr(), 1, page) };
