@@ -350,8 +350,16 @@ fn run_guest(k: &GuestKernel, initrd: &Path, work: &Path) -> Result<GuestReport>
 
 /// Host-side checks of one guest's output.
 /// The futex step: the workload's futex word counted exactly (its own counts of waits,
-/// `EAGAIN`s, wakes and tasks woken), every call paired, nothing lost.
-fn check_futex(g: &GuestLog, lines: &mut Vec<String>, check: &mut impl FnMut(bool, String)) {
+/// `EAGAIN`s, wakes and tasks woken), every call paired, nothing lost. On PREEMPT_RT a
+/// BPF program can be preempted on its CPU by another running the same per-CPU update,
+/// and an increment can be lost: there the word's counts must be within 1% (the calls
+/// are still all paired), said as such.
+fn check_futex(
+    k: &GuestKernel,
+    g: &GuestLog,
+    lines: &mut Vec<String>,
+    check: &mut impl FnMut(bool, String),
+) {
     let Some(rec) = g.recording("futex.json", check) else {
         return;
     };
@@ -391,10 +399,21 @@ fn check_futex(g: &GuestLog, lines: &mut Vec<String>, check: &mut impl FnMut(boo
         ("woken", "woken"),
     ] {
         let (a, b) = (l["futex"][mine].as_u64(), own[theirs].as_u64());
-        check(
-            a.is_some() && a == b,
-            format!("futex: {mine} {a:?} == the workload's {theirs} {b:?}"),
-        );
+        if k.rt {
+            let close = a.zip(b).is_some_and(|(a, b)| a <= b && b - a <= b / 100);
+            check(
+                close,
+                format!(
+                    "futex: {mine} {a:?} within 1% below the workload's {theirs} {b:?} \
+                     (PREEMPT_RT: preempted per-CPU updates)"
+                ),
+            );
+        } else {
+            check(
+                a.is_some() && a == b,
+                format!("futex: {mine} {a:?} == the workload's {theirs} {b:?}"),
+            );
+        }
     }
 }
 
@@ -457,7 +476,7 @@ pub fn check_guest(k: &GuestKernel, g: &GuestLog) -> GuestReport {
     }
 
     check_rwsem(k, g, &mut lines, &mut check);
-    check_futex(g, &mut lines, &mut check);
+    check_futex(k, g, &mut lines, &mut check);
     check_spin(g, &mut lines, &mut check);
     if k.rt {
         check_ptrace_rt(g, &mut lines, &mut check);
