@@ -499,6 +499,13 @@ fn name_lock(cfg: &ProbeConfig, lock: u64) {
         // SAFETY: a live map value, used before the program returns; a racing writer
         // can only set the same flag.
         let info = unsafe { &mut *info };
+        if info.kind == LOCK_KIND_SLAB && own_slab_object(cfg, info) {
+            // Named from its slab cache by another process's wait (one reading this
+            // process's /proc files): the owner's own name is better.
+            let _ = LOCK_INFO.remove(lock);
+            name_lock_of_current(cfg, lock);
+            return;
+        }
         // An object with an identity word: still the same object at this address? A
         // process's own lock: waited for by another process as its own?
         let reused = if info.has_ident == IDENT_ONE {
@@ -517,6 +524,34 @@ fn name_lock(cfg: &ProbeConfig, lock: u64) {
         }
         return;
     }
+    name_lock_of_current(cfg, lock);
+}
+
+/// Is the slab object a lock named after (`info`, `LOCK_KIND_SLAB`) the current
+/// process's own `mm_struct` or `sighand_struct`, the lock at its `mmap_lock` or
+/// `siglock`? One compare of offsets first: a read only for a lock at such an offset.
+#[inline(never)]
+fn own_slab_object(cfg: &ProbeConfig, info: &LockInfo) -> bool {
+    let (off, kinds) = (info.offset, cfg.name_kinds);
+    let mm_lock = cfg.off_mm_mmap_lock;
+    let field = if kinds & NAME_MMAP_LOCK != 0
+        && (off == mm_lock || off == mm_lock + cfg.off_rwsem_wait_lock)
+    {
+        cfg.off_task_mm
+    } else if kinds & NAME_SIGLOCK != 0 && off == cfg.off_sighand_siglock {
+        cfg.off_task_sighand
+    } else {
+        return false;
+    };
+    // SAFETY: a BPF helper without pointer arguments.
+    let task = unsafe { bpf_get_current_task() };
+    read_kernel(task + field as u64) == info.object
+}
+
+/// Name a lock not named yet: the current task's own `mm->mmap_lock`, `sighand->siglock`
+/// or `pi_lock`, else another task's `pi_lock`, else by where it lives.
+#[inline(never)]
+fn name_lock_of_current(cfg: &ProbeConfig, lock: u64) {
     // SAFETY: a BPF helper without pointer arguments.
     let task = unsafe { bpf_get_current_task() };
     // Only the fields whose offsets the kernel's BTF gave (`name_kinds`).
