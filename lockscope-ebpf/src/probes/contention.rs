@@ -501,30 +501,38 @@ fn name_lock(cfg: &ProbeConfig, lock: u64) {
         let info = unsafe { &mut *info };
         if info.kind == LOCK_KIND_SLAB && own_slab_object(cfg, info) {
             // Named from its slab cache by another process's wait (one reading this
-            // process's /proc files): the owner's own name is better.
+            // process's /proc files): the owner's own name is better. Named again
+            // below, by the one inlined copy of the naming (a second call level would
+            // take the combined stack over the verifier's limit on older kernels).
             let _ = LOCK_INFO.remove(lock);
-            name_lock_of_current(cfg, lock);
+        } else {
+            note_reuse(cfg, info, lock);
             return;
         }
-        // An object with an identity word: still the same object at this address? A
-        // process's own lock: waited for by another process as its own?
-        let reused = if info.has_ident == IDENT_ONE {
-            read_kernel(info.object + info.ident_off as u64) != info.ident
-        } else {
-            info.has_ident == IDENT_NONE
-                && matches!(
-                    info.kind,
-                    LOCK_KIND_MMAP_LOCK | LOCK_KIND_MMAP_WAIT_LOCK | LOCK_KIND_SIGLOCK
-                )
-                && (bpf_get_current_pid_tgid() >> 32) as u32 != info.tgid
-                && owner_replaced(cfg, lock, info.kind, info.tgid)
-        };
-        if reused {
-            info.has_ident = IDENT_REUSED;
-        }
-        return;
     }
     name_lock_of_current(cfg, lock);
+}
+
+/// A lock named before: mark it when the object at its address is no longer the one
+/// it was named after.
+#[inline(always)]
+fn note_reuse(cfg: &ProbeConfig, info: &mut LockInfo, lock: u64) {
+    // An object with an identity word: still the same object at this address? A
+    // process's own lock: waited for by another process as its own?
+    let reused = if info.has_ident == IDENT_ONE {
+        read_kernel(info.object + info.ident_off as u64) != info.ident
+    } else {
+        info.has_ident == IDENT_NONE
+            && matches!(
+                info.kind,
+                LOCK_KIND_MMAP_LOCK | LOCK_KIND_MMAP_WAIT_LOCK | LOCK_KIND_SIGLOCK
+            )
+            && (bpf_get_current_pid_tgid() >> 32) as u32 != info.tgid
+            && owner_replaced(cfg, lock, info.kind, info.tgid)
+    };
+    if reused {
+        info.has_ident = IDENT_REUSED;
+    }
 }
 
 /// Is the slab object a lock named after (`info`, `LOCK_KIND_SLAB`) the current
@@ -550,7 +558,7 @@ fn own_slab_object(cfg: &ProbeConfig, info: &LockInfo) -> bool {
 
 /// Name a lock not named yet: the current task's own `mm->mmap_lock`, `sighand->siglock`
 /// or `pi_lock`, else another task's `pi_lock`, else by where it lives.
-#[inline(never)]
+#[inline(always)]
 fn name_lock_of_current(cfg: &ProbeConfig, lock: u64) {
     // SAFETY: a BPF helper without pointer arguments.
     let task = unsafe { bpf_get_current_task() };
