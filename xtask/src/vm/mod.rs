@@ -350,10 +350,10 @@ fn run_guest(k: &GuestKernel, initrd: &Path, work: &Path) -> Result<GuestReport>
 
 /// Host-side checks of one guest's output.
 /// The futex step: the workload's futex word counted exactly (its own counts of waits,
-/// `EAGAIN`s, wakes and tasks woken), every call paired, nothing lost. On PREEMPT_RT a
-/// BPF program can be preempted on its CPU by another running the same per-CPU update,
-/// and an increment can be lost: there the word's counts must be within 1% (the calls
-/// are still all paired), said as such.
+/// `EAGAIN`s, wakes and tasks woken), every call paired, nothing lost. On PREEMPT_RT the
+/// word's waits once came out 2 short of the workload's 714 with every call paired, cause
+/// not established: there the counts must be within 1% below, said as such, and the
+/// recording's loss counters are printed with the check so a shortfall shows them.
 fn check_futex(
     k: &GuestKernel,
     g: &GuestLog,
@@ -374,6 +374,7 @@ fn check_futex(
     };
     let ev = &rec["futex_events"];
     lines.push(format!("futex events: {ev}"));
+    lines.push(format!("futex: lost {}", rec["lost"]));
     check(
         ev["enter"].as_u64().is_some_and(|n| n > 0)
             && ev["enter"] == ev["exit"]
@@ -405,7 +406,7 @@ fn check_futex(
                 close,
                 format!(
                     "futex: {mine} {a:?} within 1% below the workload's {theirs} {b:?} \
-                     (PREEMPT_RT: preempted per-CPU updates)"
+                     (PREEMPT_RT: once seen short, cause not established)"
                 ),
             );
         } else {
