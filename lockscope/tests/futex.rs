@@ -290,3 +290,105 @@ fn a_process_named_with_an_escape_sequence_is_shown_escaped() {
         );
     }
 }
+
+/// Record `cmd`, stopping (SIGSTOP) and continuing (SIGCONT, 300 ms later) it once at
+/// each of `pauses_ms` after the previous continue (the first after its start): no
+/// handler runs, so the kernel continues an interrupted timed wait or sleep through
+/// `restart_syscall`. Returns the command's output and the recording.
+fn record_stopped_and_continued(name: &str, cmd: &[&str], pauses_ms: &[u64]) -> (String, Value) {
+    let dir = scratch(name);
+    let file = dir.join("restart.json");
+    let child = lockscope()
+        .args(["record", "-o"])
+        .arg(&file)
+        .arg("--")
+        .args(cmd)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    // record launches the command once its probes are attached.
+    let record_pid = child.id();
+    let command = loop {
+        if let Some(&p) = children_of(record_pid).first() {
+            break p;
+        }
+        assert!(
+            running(record_pid),
+            "record ended before its command started"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    };
+    let signal = |sig: i32| {
+        // SAFETY: kill has no memory preconditions.
+        unsafe { libc::kill(command as i32, sig) };
+    };
+    for &pause in pauses_ms {
+        std::thread::sleep(std::time::Duration::from_millis(pause));
+        signal(libc::SIGSTOP);
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        signal(libc::SIGCONT);
+    }
+    let out = child.wait_with_output().expect("wait");
+    assert!(out.status.success(), "{out:?}");
+    (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        read_json(&file),
+    )
+}
+
+/// A timed wait stopped and continued mid-way is continued by the kernel through
+/// `restart_syscall`: still one call, paired across the restart, its restart counted and
+/// its outcome (the timeout) the workload's own.
+#[test]
+fn a_timed_wait_continued_by_restart_syscall_is_one_call() {
+    let _serial = serial();
+    // Once inside each of the two waits (0 - 1.5 s, 1.5 - 3 s).
+    let (stdout, rec) = record_stopped_and_continued(
+        "futex-restart",
+        &[
+            bin(),
+            "workload",
+            "futex-timed-wait",
+            "--waits",
+            "2",
+            "--ms",
+            "1500",
+            "--json",
+        ],
+        &[500, 1200],
+    );
+    let own: Value = stdout
+        .lines()
+        .find_map(|l| {
+            serde_json::from_str(l)
+                .ok()
+                .filter(|v: &Value| v["workload"] == "futex-timed-wait")
+        })
+        .unwrap_or_else(|| panic!("the workload's counts in {stdout}"));
+    assert_eq!(own["timeouts"], 2, "both waits ran to their timeout: {own}");
+    assert_nothing_lost_in_futex(&rec);
+    let ev = &rec["futex_events"];
+    assert_eq!(ev["restarts"], 2, "each wait continued once: {ev}");
+    assert_eq!(ev["restart_abandoned"], 0, "{ev}");
+    let l = rec["locks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["addr"] == own["lock"])
+        .unwrap_or_else(|| panic!("no entry for the word {}", own["lock"]));
+    assert_eq!(field(l, "wait_calls"), 2, "{l}");
+    assert_eq!(field(l, "timeouts"), 2, "{l}");
+    assert_eq!(field(l, "restarts"), 2, "{l}");
+}
+
+/// `restart_syscall` also continues sleeps: the exit of one that continues no futex call
+/// is not a futex exit (no unpaired exit, no restart).
+#[test]
+fn a_sleep_continued_by_restart_syscall_is_not_a_futex_call() {
+    let _serial = serial();
+    let (_, rec) = record_stopped_and_continued("futex-restart-sleep", &["sleep", "1.5"], &[500]);
+    assert_nothing_lost_in_futex(&rec);
+    let ev = &rec["futex_events"];
+    assert_eq!(ev["restarts"], 0, "{ev}");
+}

@@ -24,7 +24,7 @@
 //! task-storage lookup at exit (a target check, for a call that cannot wait).
 
 use aya_ebpf::{
-    EbpfContext as _,
+    EbpfContext as _, Global,
     bindings::BPF_NOEXIST,
     helpers::{
         bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_user,
@@ -200,12 +200,17 @@ pub fn futex_requeue_enter(ctx: TracePointContext) -> u32 {
     0
 }
 
-/// Attached to every `sys_exit_futex*` tracepoint.
+/// Set by the loader: `restart_syscall`'s number on this architecture (-1: unknown).
+#[unsafe(no_mangle)]
+pub static FUTEX_RESTART_NR: Global<i32> = Global::new(-1);
+
+/// Attached to every `sys_exit_futex*` tracepoint and to `sys_exit_restart_syscall` (a
+/// timed wait continued after a signal): one program, verified and loaded once.
 #[tracepoint(category = "syscalls", name = "sys_exit_futex")]
 pub fn futex_exit(ctx: TracePointContext) -> u32 {
     let ret = arg(&ctx, RET) as i64;
     if !stateless_exit(&ctx, ret) {
-        on_exit(ret, false);
+        on_exit(ret, syscall_nr(&ctx) == FUTEX_RESTART_NR.load());
     }
     0
 }
@@ -289,12 +294,6 @@ pub fn futex_restart_enter(_ctx: TracePointContext) -> u32 {
         c.restarts += 1;
         fcount(FCNT_RESTART);
     }
-    0
-}
-
-#[tracepoint(category = "syscalls", name = "sys_exit_restart_syscall")]
-pub fn futex_restart_exit(ctx: TracePointContext) -> u32 {
-    on_exit(arg(&ctx, RET) as i64, true);
     0
 }
 

@@ -42,7 +42,9 @@ pub const FUTEX_PROGRAMS: [(&str, &str); 11] = [
 /// reading their arguments back from the saved registers.
 const FUTEX_WAKE_ENTER: &str = "futex_wake_enter";
 /// Attached after the others, so that no restart is continued before its exit probe runs.
-pub const FUTEX_RESTART_EXIT: (&str, &str) = ("futex_restart_exit", "sys_exit_restart_syscall");
+/// The exit program of the futex syscalls, told `restart_syscall` apart by its number
+/// (`FUTEX_RESTART_NR`): one program fewer to verify at start.
+pub const FUTEX_RESTART_EXIT: (&str, &str) = ("futex_exit", "sys_exit_restart_syscall");
 
 /// Record user-space locks for these types (`None`: all types)?
 pub fn wants_futex(types: &Option<Vec<LockType>>) -> bool {
@@ -141,6 +143,7 @@ impl Family for Futex {
         out.map_sizes
             .push(("FUTEX_STATS", futex_stats_entries(self.cpus)));
         out.set("PTHREAD_CONFIG", &pthread_config(self.wanted));
+        out.set("FUTEX_RESTART_NR", &(libc::SYS_restart_syscall as i32));
     }
 
     fn attach(&mut self, cx: &mut Attach<'_>) -> anyhow::Result<()> {

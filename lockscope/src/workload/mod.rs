@@ -26,6 +26,7 @@ mod pthread_mutex;
 mod ptrace_storm;
 mod sys;
 mod syscall_loop;
+mod timed_wait;
 
 pub use churn::MmapChurnArgs;
 pub use fault::MmapFaultArgs;
@@ -41,6 +42,7 @@ pub use pthread_mutex::PthreadMutexArgs;
 pub use ptrace_storm::PtraceStormArgs;
 pub use sys::page_size;
 pub use syscall_loop::SyscallLoopArgs;
+pub use timed_wait::TimedWaitArgs;
 
 /// A built-in workload that generates kernel lock contention.
 #[derive(Debug, clap::Subcommand)]
@@ -204,6 +206,10 @@ pub enum Workload {
     /// One thread calling getppid(2) in a loop, touching no lock: a benchmark bystander
     /// for what every system call pays while a tracer is attached.
     SyscallLoop(SyscallLoopArgs),
+    /// Timed FUTEX_WAITs on a word no one wakes, each to its timeout: stopped and
+    /// continued mid-wait (kill -STOP, kill -CONT), the kernel continues a wait through
+    /// restart_syscall. Prints the word's address and its calls' outcomes.
+    FutexTimedWait(TimedWaitArgs),
 
     /// Threads re-taking one victim thread's `pi_lock`: the starvation detector's load.
     ///
@@ -234,6 +240,7 @@ pub fn run(w: &Workload) -> anyhow::Result<()> {
         Workload::FileWrite(args) => file_write::run(args),
         Workload::MutexHolders(args) => mutex_holders::run(args),
         Workload::SyscallLoop(args) => syscall_loop::run(args),
+        Workload::FutexTimedWait(args) => timed_wait::run(args),
         Workload::PiContend(args) => pi_contend::run(args),
     }
 }
