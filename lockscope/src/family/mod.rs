@@ -318,6 +318,7 @@ pub fn load(
             tier: &mut probes.tier,
         })?;
     }
+    crate::probe::hooks::forget_kallsyms();
     for f in families.all_mut() {
         f.start(&mut probes.ebpf)?;
     }

@@ -131,8 +131,12 @@ impl KernelBtf {
                 path.display()
             );
         }
+        // Read whole, parsed from memory: `Btf::from_file` parses through a buffered file
+        // and asks the kernel for the file position once per type (some 126,000 `lseek`s
+        // on a 6.18 kernel's BTF).
+        let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
         let btf =
-            Btf::from_file(path).with_context(|| format!("reading BTF {}", path.display()))?;
+            Btf::from_bytes(&bytes).with_context(|| format!("parsing BTF {}", path.display()))?;
         Ok(Self { btf })
     }
 

@@ -97,9 +97,30 @@ impl Choice {
     }
 }
 
+/// `/proc/kallsyms` while the probes are being attached, shared by the tiers that
+/// choose hooks (the kernel takes some 60 ms to produce it each time); empty when it
+/// cannot be read. [`forget_kallsyms`] lets it go once they are attached.
+pub fn kallsyms() -> std::sync::Arc<str> {
+    let mut cached = KALLSYMS.lock().unwrap_or_else(|e| e.into_inner());
+    cached
+        .get_or_insert_with(|| {
+            std::fs::read_to_string("/proc/kallsyms")
+                .unwrap_or_default()
+                .into()
+        })
+        .clone()
+}
+
+/// Drop the text [`kallsyms`] kept (megabytes a long-running `serve` does not need).
+pub fn forget_kallsyms() {
+    *KALLSYMS.lock().unwrap_or_else(|e| e.into_inner()) = None;
+}
+
+static KALLSYMS: std::sync::Mutex<Option<std::sync::Arc<str>>> = std::sync::Mutex::new(None);
+
 /// What this kernel allows, read once for a set of hooks.
 pub struct Chooser {
-    kallsyms: String,
+    kallsyms: std::sync::Arc<str>,
     kprobes: bool,
     /// fentry is not tried, for this reason (tests exercising the kprobe fallback).
     skip_fentry: Option<String>,
@@ -108,7 +129,7 @@ pub struct Chooser {
 impl Chooser {
     pub fn new(skip_fentry: Option<String>) -> Self {
         Self {
-            kallsyms: std::fs::read_to_string("/proc/kallsyms").unwrap_or_default(),
+            kallsyms: kallsyms(),
             kprobes: super::features::kprobes_available(),
             skip_fentry,
         }
