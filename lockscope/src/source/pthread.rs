@@ -7,7 +7,7 @@
 //! [`PthreadReader::remember`]), so its waits are attributed even after it exits.
 
 use std::{
-    os::fd::AsRawFd as _,
+    os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd},
     sync::{
         Arc, Mutex,
         atomic::{AtomicBool, Ordering},
@@ -43,11 +43,13 @@ enum Request {
 pub struct PthreadReader {
     shared: Arc<Mutex<Shared>>,
     stop: Arc<AtomicBool>,
+    wake: Arc<Wake>,
     requests: mpsc::Sender<Request>,
     thread: Option<JoinHandle<()>>,
 }
 
-/// How long the reader sleeps in poll when nothing arrives (it also wakes on data).
+/// How long the reader sleeps in poll when nothing arrives (it also wakes on data and
+/// when told to stop).
 const POLL_MS: i32 = 50;
 
 impl PthreadReader {
@@ -64,6 +66,7 @@ impl PthreadReader {
             BpfHashMap::try_from(skip).context("PTHREAD_SKIP map")?;
         let shared = Arc::new(Mutex::new(Shared::default()));
         let stop = Arc::new(AtomicBool::new(false));
+        let wake = Arc::new(Wake::new());
         let (tx, rx) = mpsc::channel();
         for &pid in pids {
             let _ = tx.send(Request::Remember(pid));
@@ -71,6 +74,7 @@ impl PthreadReader {
         let thread = {
             let shared = shared.clone();
             let stop = stop.clone();
+            let wake = wake.clone();
             std::thread::Builder::new()
                 .name("pthread-unwind".into())
                 .spawn(move || {
@@ -79,13 +83,19 @@ impl PthreadReader {
                     if let Some(path) = libc {
                         unwinder.preload_libc(&path);
                     }
-                    run(&mut unwinder, &mut ring, &mut skip, &shared, &stop, &rx)
+                    let ends = Ends {
+                        stop: &stop,
+                        wake: &wake,
+                        requests: &rx,
+                    };
+                    run(&mut unwinder, &mut ring, &mut skip, &shared, &ends)
                 })
                 .context("starting the pthread unwinding thread")?
         };
         Ok(Self {
             shared,
             stop,
+            wake,
             requests: tx,
             thread: Some(thread),
         })
@@ -121,6 +131,7 @@ impl PthreadReader {
     /// Drain what is left and stop the thread (the probes are detached first).
     pub fn stop(&mut self) {
         self.stop.store(true, Ordering::Release);
+        self.wake.wake();
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
@@ -148,14 +159,51 @@ fn raise_priority() {
     }
 }
 
+/// Wakes the reading thread out of its wait at once when it is told to stop (an
+/// eventfd polled beside the ring buffer), so stopping does not wait out a poll period.
+struct Wake(Option<OwnedFd>);
+
+impl Wake {
+    fn new() -> Self {
+        // SAFETY: a plain syscall; the result is a new descriptor we own, or -1.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+        // SAFETY: fd is a fresh descriptor no one else owns.
+        Self((fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd) }))
+    }
+
+    /// The descriptor to poll, -1 (ignored by poll) without one.
+    fn fd(&self) -> i32 {
+        self.0.as_ref().map_or(-1, |f| f.as_raw_fd())
+    }
+
+    fn wake(&self) {
+        if let Some(f) = &self.0 {
+            let one = 1u64.to_ne_bytes();
+            // SAFETY: writes 8 bytes from a live buffer to our eventfd.
+            let _ = unsafe { libc::write(f.as_raw_fd(), one.as_ptr().cast(), one.len()) };
+        }
+    }
+}
+
+/// How the reading thread is told to stop, and the requests it serves.
+struct Ends<'a> {
+    stop: &'a AtomicBool,
+    wake: &'a Wake,
+    requests: &'a mpsc::Receiver<Request>,
+}
+
 fn run(
     unwinder: &mut StackUnwinder,
     ring: &mut RingBuf<MapData>,
     skip: &mut BpfHashMap<MapData, PthreadSkipKey, u8>,
     shared: &Mutex<Shared>,
-    stop: &AtomicBool,
-    requests: &mpsc::Receiver<Request>,
+    ends: &Ends<'_>,
 ) {
+    let Ends {
+        stop,
+        wake,
+        requests,
+    } = *ends;
     let mut batch: Vec<(PthreadWaitEvent, WaitAttribution)> = Vec::new();
     let mut malformed = 0u64;
     loop {
@@ -199,13 +247,13 @@ fn run(
         if stopping {
             return;
         }
-        let mut pfd = libc::pollfd {
-            fd: ring.as_raw_fd(),
+        let mut pfd = [ring.as_raw_fd(), wake.fd()].map(|fd| libc::pollfd {
+            fd,
             events: libc::POLLIN,
             revents: 0,
-        };
-        // SAFETY: one valid pollfd.
-        unsafe { libc::poll(&mut pfd, 1, POLL_MS) };
+        });
+        // SAFETY: two valid pollfds (a negative fd is ignored).
+        unsafe { libc::poll(pfd.as_mut_ptr(), pfd.len() as libc::nfds_t, POLL_MS) };
     }
 }
 
