@@ -83,12 +83,15 @@ impl PthreadReader {
                     if let Some(path) = libc {
                         unwinder.preload_libc(&path);
                     }
-                    let ends = Ends {
-                        stop: &stop,
-                        wake: &wake,
-                        requests: &rx,
-                    };
-                    run(&mut unwinder, &mut ring, &mut skip, &shared, &ends)
+                    run(
+                        &mut unwinder,
+                        &mut ring,
+                        &mut skip,
+                        &shared,
+                        &stop,
+                        &wake,
+                        &rx,
+                    )
                 })
                 .context("starting the pthread unwinding thread")?
         };
@@ -185,25 +188,15 @@ impl Wake {
     }
 }
 
-/// How the reading thread is told to stop, and the requests it serves.
-struct Ends<'a> {
-    stop: &'a AtomicBool,
-    wake: &'a Wake,
-    requests: &'a mpsc::Receiver<Request>,
-}
-
 fn run(
     unwinder: &mut StackUnwinder,
     ring: &mut RingBuf<MapData>,
     skip: &mut BpfHashMap<MapData, PthreadSkipKey, u8>,
     shared: &Mutex<Shared>,
-    ends: &Ends<'_>,
+    stop: &AtomicBool,
+    wake: &Wake,
+    requests: &mpsc::Receiver<Request>,
 ) {
-    let Ends {
-        stop,
-        wake,
-        requests,
-    } = *ends;
     let mut batch: Vec<(PthreadWaitEvent, WaitAttribution)> = Vec::new();
     let mut malformed = 0u64;
     loop {

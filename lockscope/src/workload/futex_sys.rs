@@ -9,11 +9,11 @@ use anyhow::{Context as _, bail};
 
 use super::sys;
 
-const FUTEX_WAIT: i32 = 0;
+pub(super) const FUTEX_WAIT: i32 = 0;
 const FUTEX_WAKE: i32 = 1;
 const FUTEX_LOCK_PI: i32 = 6;
 const FUTEX_UNLOCK_PI: i32 = 7;
-const FUTEX_PRIVATE_FLAG: i32 = 128;
+pub(super) const FUTEX_PRIVATE_FLAG: i32 = 128;
 
 /// What one thread counted of its own futex calls.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -97,14 +97,26 @@ impl FutexCounts {
 
 /// futex(word, op, val, NULL, NULL, 0): `Ok(return value)` or `Err(errno)`.
 fn futex(word: &AtomicU32, op: i32, val: u32) -> Result<i64, i32> {
-    // SAFETY: `word` is a live, aligned u32; no timeout or second word is passed.
+    futex_timed(word, op, val, None)
+}
+
+/// futex(word, op, val, timeout or NULL, NULL, 0): `Ok(return value)` or `Err(errno)`.
+pub(super) fn futex_timed(
+    word: &AtomicU32,
+    op: i32,
+    val: u32,
+    timeout: Option<&libc::timespec>,
+) -> Result<i64, i32> {
+    let timeout = timeout.map_or(std::ptr::null(), |t| t as *const libc::timespec);
+    // SAFETY: `word` is a live, aligned u32 and `timeout` null or a live timespec; no
+    // second word is passed.
     let r = unsafe {
         libc::syscall(
             libc::SYS_futex,
             word.as_ptr(),
             op,
             val,
-            std::ptr::null::<libc::timespec>(),
+            timeout,
             std::ptr::null::<u32>(),
             0u32,
         )

@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use anyhow::bail;
 
-const FUTEX_WAIT_PRIVATE: i32 = 128;
+use super::futex_sys::{FUTEX_PRIVATE_FLAG, FUTEX_WAIT, futex_timed};
 
 /// Options for `lockscope workload futex-timed-wait`.
 #[derive(Debug, Clone, clap::Args)]
@@ -36,23 +36,9 @@ pub fn run(args: &TimedWaitArgs) -> anyhow::Result<()> {
     let (mut timeouts, mut interrupted, mut other) = (0u64, 0u64, 0u64);
     let t0 = Instant::now();
     for _ in 0..args.waits {
-        // SAFETY: `word` is a live, aligned u32 and `timeout` a live timespec; no second
-        // word is passed.
-        let r = unsafe {
-            libc::syscall(
-                libc::SYS_futex,
-                word.as_ptr(),
-                FUTEX_WAIT_PRIVATE,
-                0u32,
-                &timeout as *const libc::timespec,
-                std::ptr::null::<u32>(),
-                0u32,
-            )
-        };
-        match (r, std::io::Error::last_os_error().raw_os_error()) {
-            (0.., _) => other += 1,
-            (_, Some(libc::ETIMEDOUT)) => timeouts += 1,
-            (_, Some(libc::EINTR)) => interrupted += 1,
+        match futex_timed(&word, FUTEX_WAIT | FUTEX_PRIVATE_FLAG, 0, Some(&timeout)) {
+            Err(libc::ETIMEDOUT) => timeouts += 1,
+            Err(libc::EINTR) => interrupted += 1,
             _ => other += 1,
         }
     }
