@@ -11,7 +11,7 @@ step pi-contend lockscope record -n 5 -o /tmp/pi.json -- lockscope workload pi-c
 dump pi.json
 step pi-calm lockscope record -n 5 -o /tmp/pi-calm.json -- lockscope workload pi-contend --threads 1 --one-cpu --seconds 3
 dump pi-calm.json
-step pi-kprobe env LOCKSCOPE_SPIN_KPROBES=1 lockscope record -n 5 -o /tmp/pi-kprobe.json -- lockscope workload pi-contend --threads 4 --seconds 2
+step pi-kprobe env LOCKSCOPE_SPIN_KPROBES=1 lockscope record -n 5 -o /tmp/pi-kprobe.json -- lockscope workload pi-contend --threads 4 --seconds 4
 dump pi-kprobe.json
 # PREEMPT_RT only: the ptrace + cyclictest scenario of the original latency report.
 # cyclictest is the traced command (its own maxima become spikes next to lockscope's);
