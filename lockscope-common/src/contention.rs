@@ -29,7 +29,8 @@ pub struct ContentionKey {
     pub stack: u64,
     /// Process (thread group) of the waiter.
     pub tgid: u32,
-    /// `LCB_F_*` flags of the wait.
+    /// `LCB_F_*` flags of the wait, and above them (`GEN_SHIFT`) the lock's owner
+    /// generation: `flags_kind` and `flags_gen` take them apart.
     pub flags: u32,
 }
 assert_size!(ContentionKey, 24);
@@ -138,8 +139,53 @@ pub struct LockInfo {
     pub has_ident: u32,
     /// `LOCK_KIND_SLAB`: the cache's name.
     pub cache: [u8; CACHE_NAME_LEN],
+    /// The address's owner generation this identity is of: 0 for the first object seen
+    /// at the address, one more each time the probes saw it freed and reused (see
+    /// [`LockGenKey`]). The waits on the lock carry it in their flags ([`flags_gen`]).
+    pub generation: u32,
+    pub _pad: u32,
 }
-assert_size!(LockInfo, 88);
+assert_size!(LockInfo, 96);
+
+/// Key of `LOCK_INFO_PAST`: the identity of an earlier owner generation of a lock
+/// address, kept when the probes saw the address freed and reused (another object, or
+/// another process's own lock, at the same place) so that each owner's waits keep its
+/// own name. `LOCK_INFO` holds the current generation; `LOCK_GENS` the current
+/// generation number of every address seen reused.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct LockGenKey {
+    pub lock: u64,
+    pub generation: u32,
+    pub _pad: u32,
+}
+assert_size!(LockGenKey, 16);
+
+/// Addresses seen reused (`LOCK_GENS`), and earlier generations' identities kept
+/// (`LOCK_INFO_PAST`). Full: a further reuse is only marked in the name, as before
+/// generations (`IDENT_REUSED`), and counted (`CNT_LOST_LOCK_GEN`).
+pub const LOCK_GENS_MAX_ENTRIES: u32 = 8192;
+
+/// Where a wait's owner generation sits in the flags of its keys (`ContentionKey`,
+/// `HolderKey`, `WaitStart`): above the `LCB_F_*` bits, below `WAIT_EVIDENCE_ONLY`.
+pub const GEN_SHIFT: u32 = 8;
+/// The highest generation a key can carry; an address reused more often stays there,
+/// its later reuses marked in the name.
+pub const GEN_MAX: u32 = (1 << (31 - GEN_SHIFT)) - 1;
+/// The bits of a key's flags that are the wait's kind (`LCB_F_*` and unknown bits).
+pub const FLAGS_KIND_MASK: u32 = (1 << GEN_SHIFT) - 1;
+
+/// The `LCB_F_*` kind of a key's flags, without the generation.
+#[inline(always)]
+pub const fn flags_kind(flags: u32) -> u32 {
+    flags & FLAGS_KIND_MASK
+}
+
+/// The owner generation of a key's flags.
+#[inline(always)]
+pub const fn flags_gen(flags: u32) -> u32 {
+    (flags & !WAIT_EVIDENCE_ONLY) >> GEN_SHIFT
+}
 
 /// `LockInfo::has_ident`: the object has no identity word lockscope reads.
 pub const IDENT_NONE: u32 = 0;
@@ -323,7 +369,8 @@ pub struct HolderKey {
     /// Holder thread id (`HOLDER_READERS`: readers), and its process.
     pub tid: u32,
     pub tgid: u32,
-    /// The wait's `LCB_F_*` flags (the entry's type).
+    /// The wait's `LCB_F_*` flags (the entry's type) and owner generation, as in
+    /// `ContentionKey::flags`.
     pub flags: u32,
     pub _pad: u32,
 }
@@ -415,7 +462,13 @@ pub const CNT_TASK_WAITS_CREATED: u32 = 15;
 pub const CNT_TASK_WAITS_ENDED: u32 = 16;
 /// Keys created in `HOLDER_STATS` (LRU: created minus live is what it evicted).
 pub const CNT_HOLDERS_CREATED: u32 = 17;
-pub const COUNTERS_LEN: u32 = 18;
+/// A lock address seen reused whose earlier owner's identity could not be kept
+/// (`LOCK_GENS` or `LOCK_INFO_PAST` full, or `GEN_MAX` reached): the owners' waits share
+/// one entry, its name marked as reused.
+pub const CNT_LOST_LOCK_GEN: u32 = 18;
+/// Lock addresses seen freed and reused (each a new owner generation).
+pub const CNT_LOCK_REUSED: u32 = 19;
+pub const COUNTERS_LEN: u32 = 20;
 
 /// Names of the `COUNTERS` slots, as shown in reports and metrics.
 pub const COUNTER_NAMES: [&str; COUNTERS_LEN as usize] = [
@@ -437,6 +490,8 @@ pub const COUNTER_NAMES: [&str; COUNTERS_LEN as usize] = [
     "task_waits_created",
     "task_waits_ended",
     "holders_created",
+    "lock_gen_map_full",
+    "lock_reused",
 ];
 
 /// Map sizes (entries). Userspace may override them at load.
@@ -464,6 +519,8 @@ mod pod {
     unsafe impl aya::Pod for WaitStart {}
     // SAFETY: as above.
     unsafe impl aya::Pod for HolderKey {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for LockGenKey {}
     // SAFETY: as above.
     unsafe impl aya::Pod for HolderStats {}
     // SAFETY: repr(C) integers and arrays of them with explicit padding fields: every bit pattern is a value.

@@ -133,6 +133,8 @@ impl Session {
         self.forgotten.set(forgotten);
         delete_keys(ebpf, "RWSEM_EVENT_STATS", &forget.rwsem_events)?;
         delete_keys(ebpf, "LOCK_INFO", &forget.lock_info)?;
+        delete_keys(ebpf, "LOCK_INFO_PAST", &forget.past_lock_info)?;
+        delete_keys(ebpf, "LOCK_GENS", &forget.lock_gens)?;
         delete_keys(ebpf, "WAIT_TASK_STATS", &forget.wait_task)?;
         Ok(())
     }
@@ -298,7 +300,7 @@ fn with_proc_comms(
     raw: &crate::aggregate::RawSnapshot,
 ) -> HashMap<u32, String> {
     let mut comms = seen.clone();
-    for info in raw.lock_info.values() {
+    for info in raw.lock_info.values().chain(raw.past_lock_info.values()) {
         comms
             .entry(info.tgid)
             .or_insert_with(|| crate::decode::comm_to_string(&info.comm));

@@ -191,6 +191,64 @@ fn ptrace_storm_pi_lock_proxy_and_rt_wakeup_spikes() {
     watch.assert_none_left();
 }
 
+/// Tracees started one after another reuse each other's freed `task_struct`s: each
+/// tracee's `pi_lock` is an entry of its own (the address's owner generations), named
+/// after it, and its `sched_wait_task` acquisitions are its own, never a later
+/// tracee's (or an earlier one's) under its name.
+#[test]
+fn a_pi_lock_whose_task_struct_a_later_tracee_reuses_gets_an_entry_per_tracee() {
+    let _serial = serial();
+    let file = scratch("rt-reuse").join("rec.json");
+    let me = bin();
+    let script = format!(
+        "for i in 1 2 3 4 5 6 7 8; do '{me}' workload ptrace-storm --tracers 2 \
+         --seconds 0.3; done"
+    );
+    let out = run_ok(
+        lockscope()
+            .args(["record", "-n", "0", "-o"])
+            .arg(&file)
+            .args(["--", "sh", "-c", &script]),
+    );
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let rec = read_json(&file);
+    assert_eq!(lost(&rec, "lock_gen_map_full"), 0);
+    let tracees: Vec<u64> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("tracee pids: "))
+        .flat_map(|l| l.split_whitespace().map(|p| p.parse::<u64>().unwrap()))
+        .collect();
+    assert_eq!(tracees.len(), 16, "{text}");
+    let locks = rec["locks"].as_array().unwrap();
+    // Address -> the tracees its entries are named after.
+    let mut named: std::collections::BTreeMap<String, Vec<u64>> = Default::default();
+    for l in locks.iter().filter(|l| l["wait_task"].is_object()) {
+        let tracee = u(&l["wait_task"]["tracee_tid"]);
+        if !tracees.contains(&tracee) {
+            continue;
+        }
+        assert_eq!(
+            l["name"],
+            format!("pi_lock of lockscope[{tracee}]").as_str(),
+            "{l}"
+        );
+        let addr = l["addr"].as_str().unwrap();
+        let base = addr.split('/').next().unwrap().to_owned();
+        named.entry(base).or_default().push(tracee);
+    }
+    let mut seen: Vec<u64> = named.values().flatten().copied().collect();
+    seen.sort_unstable();
+    let mut want = tracees.clone();
+    want.sort_unstable();
+    assert_eq!(seen, want, "every tracee has its entry, once: {named:?}");
+    // Sixteen tracees forked and freed in turn on two CPUs: SLUB hands a freed
+    // task_struct to a later fork.
+    assert!(
+        named.values().any(|t| t.len() > 1),
+        "no task_struct address was reused: {named:?}"
+    );
+}
+
 #[test]
 fn cyclictest_spikes_under_stress_ng_ptrace() {
     let _serial = serial();

@@ -52,6 +52,17 @@ static CPU_WAIT_SLOTS: PerCpuArray<WaitStart> =
 static LOCK_INFO: LruHashMap<u64, LockInfo> =
     LruHashMap::with_max_entries(LOCK_INFO_MAX_ENTRIES, 0);
 
+/// The current owner generation of each lock address seen freed and reused (absent: 0).
+/// Written only when a reuse is seen; read only when a lock is named.
+#[map]
+static LOCK_GENS: HashMap<u64, u32> = HashMap::with_max_entries(LOCK_GENS_MAX_ENTRIES, 0);
+
+/// The identities of earlier owner generations, by (lock, generation): what `LOCK_INFO`
+/// held for the address before the reuse was seen.
+#[map]
+static LOCK_INFO_PAST: HashMap<LockGenKey, LockInfo> =
+    HashMap::with_max_entries(LOCK_GENS_MAX_ENTRIES, 0);
+
 /// Command name of each process seen waiting.
 #[map]
 static COMMS: LruHashMap<u32, [u8; 16]> = LruHashMap::with_max_entries(COMMS_MAX_ENTRIES, 0);
@@ -168,7 +179,8 @@ fn on_begin(ctx: &BtfTracePointContext, lock: u64, flags: u32) {
             // SAFETY: a live map value (per-CPU: this CPU's), used before the program returns, not aliased.
             let w = unsafe { &mut *w };
             if w.lock == lock {
-                w.flags = flags;
+                // Same lock, same owner generation.
+                w.flags = flags | (w.flags & !FLAGS_KIND_MASK);
                 return;
             }
             count(CNT_UNPAIRED_BEGIN);
@@ -209,7 +221,16 @@ fn on_begin(ctx: &BtfTracePointContext, lock: u64, flags: u32) {
             count(CNT_LOST_CPU_NESTING);
             return;
         };
-        name_lock(&cfg, lock);
+        // Named last (the stack of the deepest call chain is at the verifier's limit);
+        // the wait takes the lock's owner generation, which is 0 unless the address was
+        // seen reused, so the common case writes nothing.
+        let generation = name_lock(&cfg, lock);
+        if generation != 0
+            && let Some(slot) = CPU_WAIT_SLOTS.get_ptr_mut(index)
+        {
+            // SAFETY: a live map value (per-CPU: this CPU's), used before the program returns, not aliased.
+            unsafe { (*slot).flags |= generation << GEN_SHIFT };
+        }
         let watched =
             // SAFETY: a map value, only read, before the program returns.
             unsafe { LOCK_INFO.get(lock) }.is_some_and(|i| i.kind == LOCK_KIND_PI_LOCK);
@@ -228,7 +249,14 @@ fn on_begin(ctx: &BtfTracePointContext, lock: u64, flags: u32) {
         }
     }
 
-    name_lock(&cfg, lock);
+    // As above: the wait takes the lock's owner generation, written only when not 0.
+    let generation = name_lock(&cfg, lock);
+    if generation != 0
+        && let Some(w) = TASK_WAITS.get_ptr_mut(tid)
+    {
+        // SAFETY: a live map value, used before the program returns, not aliased.
+        unsafe { (*w).flags |= generation << GEN_SHIFT };
+    }
     remember_comm(&cfg);
 }
 
@@ -406,7 +434,9 @@ fn push_spin_wait(w: &WaitStart) -> Option<u32> {
 }
 
 /// The first wait for a (lock, flags, holder): take the holder's kernel stack, within
-/// the stack budget. Out of line: it keeps `contention_begin` within the BPF stack.
+/// the stack budget. Out of line: it keeps `contention_begin` within the BPF stack. Keyed
+/// by the wait's kind alone: one stack per holder of an address, whatever its owner
+/// generation.
 #[inline(never)]
 fn remember_holder_stack(cfg: &ProbeConfig, lock: u64, flags: u32, holder: u64, now: u64) {
     if SLAB_CONFIG.load().task_kfuncs == 0 {
@@ -492,9 +522,10 @@ fn store_stack(frames: &StackFrames) -> u64 {
 }
 
 /// Remember when `lock` is the current task's `mm->mmap_lock`, `sighand->siglock` or
-/// `pi_lock`, with the owning process, the first time we see it contended.
+/// `pi_lock`, with the owning process, the first time we see it contended; name it anew
+/// when the object at its address is seen freed and reused. The lock's owner generation.
 #[inline(always)]
-fn name_lock(cfg: &ProbeConfig, lock: u64) {
+fn name_lock(cfg: &ProbeConfig, lock: u64) -> u32 {
     if let Some(info) = LOCK_INFO.get_ptr_mut(lock) {
         // SAFETY: a live map value, used before the program returns; a racing writer
         // can only set the same flag.
@@ -505,33 +536,91 @@ fn name_lock(cfg: &ProbeConfig, lock: u64) {
             // below, by the one inlined copy of the naming (a second call level would
             // take the combined stack over the verifier's limit on older kernels).
             let _ = LOCK_INFO.remove(lock);
-        } else {
-            note_reuse(cfg, info, lock);
-            return;
+        } else if !note_reuse(cfg, info, lock) {
+            return info.generation;
         }
     }
     name_lock_of_current(cfg, lock);
+    // SAFETY: a map value, only read, before the program returns.
+    unsafe { LOCK_GENS.get(lock) }.copied().unwrap_or(0)
 }
 
-/// A lock named before: mark it when the object at its address is no longer the one
-/// it was named after.
+/// A lock named before: when the object at its address is no longer the one it was
+/// named after, keep that identity as an earlier generation (`retire`) so the lock is
+/// named anew, or else mark it reused. True when retired.
 #[inline(always)]
-fn note_reuse(cfg: &ProbeConfig, info: &mut LockInfo, lock: u64) {
+fn note_reuse(cfg: &ProbeConfig, info: &mut LockInfo, lock: u64) -> bool {
     // An object with an identity word: still the same object at this address? A
     // process's own lock: waited for by another process as its own?
+    let pid_tgid = bpf_get_current_pid_tgid();
     let reused = if info.has_ident == IDENT_ONE {
         read_kernel(info.object + info.ident_off as u64) != info.ident
+    } else if info.kind == LOCK_KIND_PI_LOCK {
+        // The waiter's own pi_lock, named after another thread: that thread's
+        // task_struct was freed and this one's took its memory.
+        info.tid != 0 && info.tid != pid_tgid as u32 && {
+            // SAFETY: a BPF helper without pointer arguments.
+            let task = unsafe { bpf_get_current_task() };
+            lock == task + cfg.off_task_pi_lock as u64
+        }
     } else {
         info.has_ident == IDENT_NONE
             && matches!(
                 info.kind,
                 LOCK_KIND_MMAP_LOCK | LOCK_KIND_MMAP_WAIT_LOCK | LOCK_KIND_SIGLOCK
             )
-            && (bpf_get_current_pid_tgid() >> 32) as u32 != info.tgid
+            && (pid_tgid >> 32) as u32 != info.tgid
             && owner_replaced(cfg, lock, info.kind, info.tgid)
     };
-    if reused {
-        info.has_ident = IDENT_REUSED;
+    if !reused {
+        return false;
+    }
+    if retire(lock, info) {
+        return true;
+    }
+    info.has_ident = IDENT_REUSED;
+    false
+}
+
+/// `lock`'s identity `info` (its `LOCK_INFO` entry) is of an owner that is gone: keep it
+/// as that generation's (`LOCK_INFO_PAST`), open the next generation (`LOCK_GENS`) and
+/// drop the entry, so that the next naming names the new owner. False (nothing changed,
+/// counted) when the maps are full or the address is at `GEN_MAX`. Rare: once per reuse.
+#[inline(never)]
+pub fn retire(lock: u64, info: &LockInfo) -> bool {
+    count(CNT_LOCK_REUSED);
+    let generation = info.generation;
+    let past = LockGenKey {
+        lock,
+        generation,
+        _pad: 0,
+    };
+    if info.has_ident == IDENT_REUSED
+        || generation >= GEN_MAX
+        || LOCK_INFO_PAST.insert(past, info, 0).is_err()
+    {
+        count(CNT_LOST_LOCK_GEN);
+        return false;
+    }
+    if LOCK_GENS.insert(lock, generation + 1, 0).is_err() {
+        let _ = LOCK_INFO_PAST.remove(past);
+        count(CNT_LOST_LOCK_GEN);
+        return false;
+    }
+    let _ = LOCK_INFO.remove(lock);
+    true
+}
+
+/// A task is being freed: its `pi_lock`, if named after it, is retired, so that a task
+/// that takes its memory gets its own entry. Called at `sched_process_free`.
+#[inline(always)]
+pub fn retire_task_pi_lock(task: u64) {
+    let lock = task + CONFIG.load().off_task_pi_lock as u64;
+    // SAFETY: a map value, only read, before the program returns (the copy is retired).
+    if let Some(info) = unsafe { LOCK_INFO.get(lock) }
+        && info.kind == LOCK_KIND_PI_LOCK
+    {
+        retire(lock, info);
     }
 }
 
@@ -685,9 +774,15 @@ fn remember_lock(lock: u64, kind: u32, tgid: u32, comm: [u8; 16], tid: u32) {
     insert_lock_info(lock, info);
 }
 
+/// Store a new identity of `lock`, of the address's current owner generation.
 #[inline(always)]
-fn insert_lock_info(lock: u64, info: &LockInfo) {
-    if let Err(e) = LOCK_INFO.insert(lock, info, BPF_NOEXIST as u64)
+fn insert_lock_info(lock: u64, info: &mut LockInfo) {
+    // SAFETY: a map value, only read, before the program returns.
+    info.generation = unsafe { LOCK_GENS.get(lock) }.copied().unwrap_or(0);
+    // By reference: the value is read from the scratch map, not copied to the stack.
+    #[allow(clippy::needless_borrows_for_generic_args)]
+    let inserted = LOCK_INFO.insert(lock, &*info, BPF_NOEXIST as u64);
+    if let Err(e) = inserted
         && e != -17
     {
         // -EEXIST means another CPU named it first: nothing lost.
@@ -950,8 +1045,9 @@ fn account(w: &WaitStart, now: u64, ret: i32) {
     if w.holder_tid != 0 {
         account_holder(w, wait);
     }
-    if w.flags == LCB_F_READ || w.flags == LCB_F_WRITE {
-        crate::probes::rwsem::on_rwsem_wait_end(w.lock, w.flags, ret);
+    let kind = flags_kind(w.flags);
+    if kind == LCB_F_READ || kind == LCB_F_WRITE {
+        crate::probes::rwsem::on_rwsem_wait_end(w.lock, kind, ret);
     }
 }
 

@@ -147,6 +147,7 @@ pub fn rt_task_fork(ctx: BtfTracePointContext) -> i32 {
 #[btf_tracepoint(function = "sched_process_free")]
 pub fn rt_task_free(ctx: BtfTracePointContext) -> i32 {
     let task: u64 = ctx.arg(0);
+    crate::probes::contention::retire_task_pi_lock(task);
     let _ = LIVE_TASKS.remove(task);
     let _ = RT_PENDING.remove(task);
     0
@@ -435,7 +436,7 @@ pub fn on_spin_end(slot: u32, w: &WaitStart, now: u64) {
     ev.tid = pid_tgid as u32;
     ev.tgid = w.tgid;
     ev.comm = bpf_get_current_comm().unwrap_or([0; 16]);
-    ev.flags = w.flags;
+    ev.flags = flags_kind(w.flags);
     ev.aux = watched as u32;
     ev.count = 0;
     for c in 0..RT_CPUS {

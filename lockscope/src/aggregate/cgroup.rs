@@ -38,7 +38,7 @@ pub fn summarize(
 ) -> Vec<CgroupEntry> {
     let mut acc: BTreeMap<(String, LockType), WaitStats> = BTreeMap::new();
     for (key, stats) in &raw.stats {
-        if let Ok(t) = LockType::from_flags(key.flags) {
+        if let Ok(t) = LockType::from_flags(lockscope_common::flags_kind(key.flags)) {
             acc.entry((of(cgroups, key.tgid).to_owned(), t))
                 .or_default()
                 .merge(stats);

@@ -52,6 +52,11 @@ pub struct Forgettable {
     /// `pi_lock`). Their memory is reused by later processes, which would otherwise
     /// inherit the name (the kernel names a lock once, the first time it sees it).
     pub lock_info: Vec<u64>,
+    /// `LOCK_INFO_PAST`: the names of earlier owner generations they owned.
+    pub past_lock_info: Vec<lockscope_common::LockGenKey>,
+    /// `LOCK_GENS`: addresses none of whose owner generations is named any more, so that
+    /// the map follows the live processes too.
+    pub lock_gens: Vec<u64>,
     /// `FUTEX_STATS`: the gone processes' futex words.
     pub futex: Vec<lockscope_common::FutexKey>,
     /// `WAIT_TASK_STATS`: the `sched_wait_task` proxy of gone waiters, and every proxy
@@ -71,6 +76,7 @@ pub fn forget_candidates(
         .map(|(k, _)| k.tgid)
         .chain(raw.rwsem_events.iter().map(|(k, _)| k.tgid))
         .chain(raw.lock_info.values().map(|i| i.tgid))
+        .chain(raw.past_lock_info.values().map(|i| i.tgid))
         .chain(raw.futex.stats.iter().map(|(k, _)| k.tgid))
         .chain(wait_task.iter().map(|(k, _)| k.waiter_tgid))
         .collect()
@@ -85,19 +91,56 @@ pub fn forgettable(
     if gone.is_empty() {
         return Forgettable::default();
     }
-    let owned: HashSet<u64> = raw
-        .lock_info
-        .iter()
-        .filter(|(_, i)| gone.contains(&i.tgid))
-        .map(|(&lock, _)| lock)
-        .collect();
-    let mut lock_info: Vec<u64> = owned.iter().copied().collect();
+    use lockscope_common::{LockGenKey, flags_gen};
+    // The (address, owner generation) pairs the gone processes owned.
+    let mut lock_info: Vec<u64> = Vec::new();
+    let mut owned: HashSet<(u64, u32)> = HashSet::new();
+    for (&lock, i) in &raw.lock_info {
+        if gone.contains(&i.tgid) {
+            lock_info.push(lock);
+            owned.insert((lock, i.generation));
+        }
+    }
     lock_info.sort_unstable();
-    let forgotten = |lock: u64, tgid: u32| gone.contains(&tgid) || owned.contains(&lock);
+    let mut past_lock_info: Vec<LockGenKey> = Vec::new();
+    for (&(lock, generation), i) in &raw.past_lock_info {
+        if gone.contains(&i.tgid) {
+            past_lock_info.push(LockGenKey {
+                lock,
+                generation,
+                _pad: 0,
+            });
+            owned.insert((lock, generation));
+        }
+    }
+    past_lock_info.sort_unstable();
+    let owned_addrs: HashSet<u64> = owned.iter().map(|&(lock, _)| lock).collect();
+    // An address keeps its generation count while any of its names stays.
+    let named_after = |lock: u64| {
+        raw.lock_info
+            .get(&lock)
+            .is_some_and(|i| !owned.contains(&(lock, i.generation)))
+            || raw
+                .past_lock_info
+                .iter()
+                .any(|(&(l, g), _)| l == lock && !owned.contains(&(l, g)))
+    };
+    let mut lock_gens: Vec<u64> = raw
+        .lock_gens
+        .keys()
+        .copied()
+        .filter(|&lock| owned_addrs.contains(&lock) && !named_after(lock))
+        .collect();
+    lock_gens.sort_unstable();
+    let forgotten = |lock: u64, tgid: u32| gone.contains(&tgid) || owned_addrs.contains(&lock);
     Forgettable {
-        stats: keys_where(&raw.stats, |k| forgotten(k.lock, k.tgid)),
+        stats: keys_where(&raw.stats, |k| {
+            gone.contains(&k.tgid) || owned.contains(&(k.lock, flags_gen(k.flags)))
+        }),
         rwsem_events: keys_where(&raw.rwsem_events, |k| forgotten(k.lock, k.tgid)),
         lock_info,
+        past_lock_info,
+        lock_gens,
         futex: keys_where(&raw.futex.stats, |k| gone.contains(&k.tgid)),
         wait_task: keys_where(wait_task, |k| forgotten(k.lock, k.waiter_tgid)),
     }
@@ -305,5 +348,54 @@ mod tests {
             .map(|k| (k.lock, k.waiter_tgid))
             .collect();
         assert_eq!(proxies, [(dead_pi, live), (kernel_lock, dead)]);
+        assert!(f.past_lock_info.is_empty() && f.lock_gens.is_empty());
+    }
+
+    /// An address owned by a gone process, then by a live one: only the gone owner's
+    /// generation (its name and every wait on it) goes; the address keeps its count.
+    #[test]
+    fn forgetting_an_owner_generation_keeps_the_later_owners() {
+        use crate::aggregate::{RawSnapshot, WaitStats};
+        use lockscope_common::*;
+        let (live, dead, waiter) = (10, 20, 30);
+        let (mm, other) = (0x1000, 0x2000);
+        let key = |lock: u64, tgid: u32, generation: u32| ContentionKey {
+            lock,
+            stack: 0,
+            tgid,
+            flags: LCB_F_WRITE | (generation << GEN_SHIFT),
+        };
+        let info = |tgid: u32, generation: u32| LockInfo {
+            kind: LOCK_KIND_MMAP_LOCK,
+            tgid,
+            generation,
+            ..LockInfo::default()
+        };
+        let raw = RawSnapshot {
+            stats: [key(mm, waiter, 0), key(mm, waiter, 1), key(other, dead, 1)]
+                .into_iter()
+                .map(|k| (k, WaitStats::default()))
+                .collect(),
+            lock_info: [(mm, info(live, 1)), (other, info(dead, 1))].into(),
+            past_lock_info: [((mm, 0), info(dead, 0)), ((other, 0), info(dead, 0))].into(),
+            lock_gens: [(mm, 1), (other, 1)].into(),
+            ..Default::default()
+        };
+        let f = forgettable(&raw, &[], &[dead].into());
+        let stats: Vec<(u64, u32)> = f
+            .stats
+            .iter()
+            .map(|k| (k.lock, flags_gen(k.flags)))
+            .collect();
+        assert_eq!(stats, [(mm, 0), (other, 1)]);
+        assert_eq!(f.lock_info, [other]);
+        let past: Vec<(u64, u32)> = f
+            .past_lock_info
+            .iter()
+            .map(|k| (k.lock, k.generation))
+            .collect();
+        assert_eq!(past, [(mm, 0), (other, 0)]);
+        // `other` is named after no one now: its count goes too.
+        assert_eq!(f.lock_gens, [other]);
     }
 }

@@ -3,37 +3,41 @@
 
 use std::collections::HashMap;
 
-use lockscope_common::{HOLDER_READERS, HolderKey, HolderStats};
+use lockscope_common::{HOLDER_READERS, HolderKey, HolderStats, flags_gen, flags_kind};
 
 use super::model::{HOLDERS_PER_LOCK, HolderEntry, Holders, READERS};
 use crate::decode::LockType;
 
-/// The holders of every (lock, type), grouped once per snapshot.
+/// The holders of every (lock, owner generation, type), grouped once per snapshot.
 #[derive(Debug, Default)]
-pub struct HolderIndex(HashMap<(u64, LockType), Vec<(HolderKey, HolderStats)>>);
+pub struct HolderIndex(HashMap<(u64, u32, LockType), Vec<(HolderKey, HolderStats)>>);
 
 impl HolderIndex {
     pub fn new(holders: &[(HolderKey, HolderStats)]) -> Self {
         let mut m: HashMap<_, Vec<_>> = HashMap::new();
         for &(k, v) in holders {
-            if let Ok(t) = LockType::from_flags(k.flags) {
-                m.entry((k.lock, t)).or_default().push((k, v));
+            if let Ok(t) = LockType::from_flags(flags_kind(k.flags)) {
+                m.entry((k.lock, flags_gen(k.flags), t))
+                    .or_default()
+                    .push((k, v));
             }
         }
         Self(m)
     }
 
-    /// The holders of `(addr, lock_type)` for an entry whose waits total `wait_total_ns`,
-    /// or `None` when no wait found a holder. `comm` names a holder (tid, tgid).
+    /// The holders of `(addr, generation, lock_type)` for an entry whose waits total
+    /// `wait_total_ns`, or `None` when no wait found a holder. `comm` names a holder
+    /// (tid, tgid).
     pub fn holders(
         &self,
         addr: u64,
+        generation: u32,
         lock_type: LockType,
         wait_total_ns: u64,
         comm: impl Fn(u32, u32) -> String,
         stack: impl Fn(&HolderKey) -> Vec<String>,
     ) -> Option<Holders> {
-        let list = self.0.get(&(addr, lock_type))?;
+        let list = self.0.get(&(addr, generation, lock_type))?;
         let mut owners: Vec<HolderEntry> = list
             .iter()
             .map(|(k, v)| {
@@ -110,6 +114,7 @@ mod tests {
         let h = idx
             .holders(
                 0x10,
+                0,
                 w,
                 2000,
                 |tid, pid| format!("t{tid}p{pid}"),
@@ -130,16 +135,41 @@ mod tests {
         assert_eq!(h.owner_unknown_wait_ns, 2000 - 1260);
         assert_eq!(h.owners_omitted_wait_ns, 5);
         assert!(
-            idx.holders(0x30, w, 10, |_, _| String::new(), |_| Vec::new())
+            idx.holders(0x30, 0, w, 10, |_, _| String::new(), |_| Vec::new())
                 .is_none()
         );
         // More holder time than the entry's waits (a later snapshot of the holders):
         // unknown saturates at 0.
         assert_eq!(
-            idx.holders(0x20, w, 0, |_, _| String::new(), |_| Vec::new())
+            idx.holders(0x20, 0, w, 0, |_, _| String::new(), |_| Vec::new())
                 .unwrap()
                 .owner_unknown_wait_ns,
             0
+        );
+    }
+
+    #[test]
+    fn each_owner_generation_of_an_address_has_its_own_holders() {
+        use lockscope_common::GEN_SHIFT;
+        let raw = [
+            (key(0x10, 7, 5, LCB_F_WRITE), st(1, 100)),
+            (key(0x10, 8, 6, LCB_F_WRITE | (1 << GEN_SHIFT)), st(2, 200)),
+        ];
+        let idx = HolderIndex::new(&raw);
+        let w = LockType::from_flags(LCB_F_WRITE).unwrap();
+        let tids = |g| {
+            idx.holders(0x10, g, w, 1000, |_, _| String::new(), |_| Vec::new())
+                .unwrap()
+                .owners
+                .iter()
+                .map(|o| o.tid)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(tids(0), [7]);
+        assert_eq!(tids(1), [8]);
+        assert!(
+            idx.holders(0x10, 2, w, 10, |_, _| String::new(), |_| Vec::new())
+                .is_none()
         );
     }
 }

@@ -79,9 +79,32 @@ pub struct EventCounts {
     pub stack_not_sampled: u64,
 }
 
+/// A kernel lock entry's `addr`: the address, then `/N` for the address's owner
+/// generation N when it is not the first (the address was seen freed and reused by
+/// another object or process during the recording; each owner has its own entries).
+pub fn lock_addr(addr: u64, generation: u32) -> String {
+    if generation == 0 {
+        format!("{addr:#x}")
+    } else {
+        format!("{addr:#x}/{generation}")
+    }
+}
+
+/// The address and owner generation of a [`lock_addr`] string.
+pub fn parse_lock_addr(s: &str) -> Option<(u64, u32)> {
+    let (addr, generation) = match s.split_once('/') {
+        Some((a, g)) => (a, g.parse().ok()?),
+        None => (s, 0),
+    };
+    Some((
+        u64::from_str_radix(addr.strip_prefix("0x")?, 16).ok()?,
+        generation,
+    ))
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LockEntry {
-    /// Lock address, `0x...`.
+    /// Lock address, `0x...`, and `/N` for a later owner generation ([`lock_addr`]).
     pub addr: String,
     #[serde(rename = "type")]
     pub lock_type: LockType,

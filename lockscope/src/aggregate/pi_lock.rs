@@ -73,19 +73,28 @@ pub struct RtSummary {
 pub fn apply_wait_task(
     counts: &[(WaitTaskKey, u64)],
     comms: &HashMap<u32, String>,
-    name: &dyn Fn(u64) -> (String, Option<Owner>),
+    gen_of: &dyn Fn(u64, u32) -> u32,
+    name: &dyn Fn(u64, u32) -> (String, Option<Owner>),
     locks: &mut Vec<LockEntry>,
 ) {
     /// (waiter pid, waiter tid, CPU) -> acquisitions.
     type ByWaiter = BTreeMap<(u32, u32, u32), u64>;
-    let mut by_lock: BTreeMap<u64, (u32, ByWaiter)> = BTreeMap::new();
+    // Per (pi_lock, owner generation): a task_struct freed and reused gives the later
+    // task's tracees their own entry, by the generation named after the tracee.
+    let mut by_lock: BTreeMap<(u64, u32), (BTreeMap<u32, u64>, ByWaiter)> = BTreeMap::new();
     for (k, n) in counts {
-        let e = by_lock.entry(k.lock).or_default();
-        e.0 = k.tracee_tid;
+        let e = by_lock
+            .entry((k.lock, gen_of(k.lock, k.tracee_tid)))
+            .or_default();
+        *e.0.entry(k.tracee_tid).or_default() += n;
         *e.1.entry((k.waiter_tgid, k.waiter_tid, k.cpu)).or_default() += n;
     }
     let spin = LockType::from_flags(LCB_F_SPIN).expect("spinlock flags decode");
-    for (lock, (tracee_tid, waiters)) in by_lock {
+    for ((lock, generation), (tracees, waiters)) in by_lock {
+        let tracee_tid = tracees
+            .iter()
+            .max_by_key(|(t, n)| (**n, std::cmp::Reverse(**t)))
+            .map_or(0, |(t, _)| *t);
         let mut ws: Vec<WaitTaskWaiter> = waiters
             .into_iter()
             .map(|((pid, tid, cpu), acquisitions)| WaitTaskWaiter {
@@ -102,14 +111,14 @@ pub fn apply_wait_task(
             tracee_tid,
             waiters: ws,
         };
-        let addr = format!("{lock:#x}");
+        let addr = super::model::lock_addr(lock, generation);
         match locks
             .iter_mut()
             .find(|l| l.addr == addr && l.lock_type == spin)
         {
             Some(l) => l.wait_task = Some(proxy),
             None => {
-                let (name, owner) = name(lock);
+                let (name, owner) = name(lock, generation);
                 locks.push(LockEntry {
                     addr,
                     lock_type: spin,
@@ -287,7 +296,7 @@ mod tests {
     #[test]
     fn proxy_counts_join_the_pi_lock_entry_or_make_one() {
         let comms = HashMap::from([(10, "tracer".to_owned())]);
-        let name = |a: u64| (format!("pi_lock of t[{a}]"), None);
+        let name = |a: u64, g: u32| (format!("pi_lock of t[{a}] generation {g}"), None);
         let mut locks = Vec::new();
         apply_wait_task(
             &[
@@ -296,6 +305,7 @@ mod tests {
                 (key(0x100, 12, 1), 1),
             ],
             &comms,
+            &|_, _| 0,
             &name,
             &mut locks,
         );
@@ -306,11 +316,45 @@ mod tests {
         assert_eq!(p.waiters[0].acquisitions, 7);
         assert_eq!(p.waiters[0].comm, "tracer");
         assert_eq!(locks[0].stats.count, 0);
-        assert_eq!(locks[0].name, "pi_lock of t[256]");
+        assert_eq!(locks[0].name, "pi_lock of t[256] generation 0");
         // A second snapshot onto an existing entry replaces, never adds twice.
-        apply_wait_task(&[(key(0x100, 11, 0), 6)], &comms, &name, &mut locks);
+        apply_wait_task(
+            &[(key(0x100, 11, 0), 6)],
+            &comms,
+            &|_, _| 0,
+            &name,
+            &mut locks,
+        );
         assert_eq!(locks.len(), 1);
         assert_eq!(locks[0].wait_task.as_ref().unwrap().acquisitions, 6);
+    }
+
+    #[test]
+    fn a_reused_task_struct_gives_each_tracee_its_own_entry() {
+        let comms = HashMap::new();
+        let name = |a: u64, g: u32| (format!("pi_lock of t[{a}] generation {g}"), None);
+        let later = |tid: u32| WaitTaskKey {
+            tracee_tid: tid,
+            ..key(0x100, 11, 0)
+        };
+        // Tracee 77 (generation 0) freed; tracee 88 took its task_struct (generation 1).
+        let gen_of = |_: u64, tid: u32| u32::from(tid == 88);
+        let mut locks = Vec::new();
+        apply_wait_task(
+            &[(key(0x100, 11, 0), 5), (later(88), 3)],
+            &comms,
+            &gen_of,
+            &name,
+            &mut locks,
+        );
+        assert_eq!(locks.len(), 2);
+        let first = locks.iter().find(|l| l.addr == "0x100").unwrap();
+        let second = locks.iter().find(|l| l.addr == "0x100/1").unwrap();
+        assert_eq!(first.wait_task.as_ref().unwrap().tracee_tid, 77);
+        assert_eq!(first.wait_task.as_ref().unwrap().acquisitions, 5);
+        assert_eq!(second.wait_task.as_ref().unwrap().tracee_tid, 88);
+        assert_eq!(second.wait_task.as_ref().unwrap().acquisitions, 3);
+        assert_eq!(second.name, "pi_lock of t[256] generation 1");
     }
 
     fn ev(kind: u32, cpu: u32, ts: u64, dur: u64, lock: u64) -> RtEvent {

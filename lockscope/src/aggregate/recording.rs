@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use lockscope_common::{
     COUNTERS_LEN, ContentionKey, HolderKey, HolderStats, LockInfo, RwsemEventCounts, RwsemEventKey,
-    STACK_NOT_SAMPLED,
+    STACK_NOT_SAMPLED, flags_gen, flags_kind,
 };
 
 pub use super::model::*;
@@ -22,7 +22,12 @@ use crate::decode::{
 #[derive(Debug, Clone, Default)]
 pub struct RawSnapshot {
     pub stats: Vec<(ContentionKey, WaitStats)>,
+    /// The identity of each named lock address's current owner generation.
     pub lock_info: HashMap<u64, LockInfo>,
+    /// The identities of earlier owner generations, by (address, generation).
+    pub past_lock_info: HashMap<(u64, u32), LockInfo>,
+    /// The current owner generation of each address seen reused (`LOCK_GENS`).
+    pub lock_gens: HashMap<u64, u32>,
     /// The kernel types slab objects' locks are named by (from BTF, at start).
     pub lock_types: std::sync::Arc<LockTypes>,
     pub stacks: HashMap<u64, Vec<u64>>,
@@ -48,6 +53,39 @@ pub struct RawSnapshot {
     pub holder_comms: HashMap<u32, String>,
     /// Each CPU's runqueue lock address, as the probes learnt it: address -> CPU.
     pub rq_locks: HashMap<u64, u32>,
+}
+
+impl RawSnapshot {
+    /// The identity of owner generation `generation` of the lock at `addr`, if it was named.
+    pub fn info(&self, addr: u64, generation: u32) -> Option<&LockInfo> {
+        match self.lock_info.get(&addr) {
+            Some(i) if i.generation == generation => Some(i),
+            _ => self.past_lock_info.get(&(addr, generation)),
+        }
+    }
+
+    /// The current owner generation of `addr` (0 for an address never seen reused).
+    pub fn current_gen(&self, addr: u64) -> u32 {
+        self.lock_info
+            .get(&addr)
+            .map(|i| i.generation)
+            .or_else(|| self.lock_gens.get(&addr).copied())
+            .unwrap_or(0)
+    }
+
+    /// The owner generation of `addr` that is thread `tid`'s `pi_lock`, else the current.
+    pub fn gen_of_thread(&self, addr: u64, tid: u32) -> u32 {
+        let is = |i: &LockInfo| i.tid == tid && i.kind == lockscope_common::LOCK_KIND_PI_LOCK;
+        match self.lock_info.get(&addr) {
+            Some(i) if is(i) => i.generation,
+            _ => self
+                .past_lock_info
+                .iter()
+                .find(|((a, _), i)| *a == addr && is(i))
+                .map(|((_, g), _)| *g)
+                .unwrap_or_else(|| self.current_gen(addr)),
+        }
+    }
 }
 
 /// One symbolized stack frame.
@@ -104,6 +142,7 @@ pub fn lost_counts(c: &[u64; COUNTERS_LEN as usize]) -> BTreeMap<String, u64> {
         CNT_LOST_CPU_NESTING,
         CNT_LOST_STACK,
         CNT_LOST_LOCK_INFO,
+        CNT_LOST_LOCK_GEN,
         CNT_LOST_TARGET_FULL,
         CNT_LOST_END_MISSED,
     ]
@@ -199,6 +238,7 @@ impl Detail {
 /// One lock of a [`LockPlan`]: totals, and the callers and tasks kept, ranked.
 struct PlannedLock {
     addr: u64,
+    generation: u32,
     lock_type: LockType,
     stats: WaitStats,
     callers: Vec<(u64, WaitStats)>,
@@ -234,15 +274,16 @@ impl LockPlan {
             tasks: BTreeSet<u32>,
             unsampled: u64,
         }
-        let mut by_lock: BTreeMap<(u64, LockType), Acc> = BTreeMap::new();
+        let mut by_lock: BTreeMap<(u64, u32, LockType), Acc> = BTreeMap::new();
         let mut unknown_flags = 0u64;
-        let typed = |key: &ContentionKey| LockType::from_flags(key.flags).ok();
+        let typed = |key: &ContentionKey| LockType::from_flags(flags_kind(key.flags)).ok();
         for (key, stats) in &raw.stats {
             let Some(t) = typed(key) else {
                 unknown_flags += stats.count;
                 continue;
             };
-            let acc = by_lock.entry((key.lock, t)).or_insert_with(|| Acc {
+            let id = (key.lock, flags_gen(key.flags), t);
+            let acc = by_lock.entry(id).or_insert_with(|| Acc {
                 stats: WaitStats::default(),
                 callers: BTreeSet::new(),
                 tasks: BTreeSet::new(),
@@ -256,22 +297,22 @@ impl LockPlan {
             }
             acc.tasks.insert(key.tgid);
         }
-        let mut ranked: Vec<((u64, LockType), Acc)> = by_lock.into_iter().collect();
+        let mut ranked: Vec<((u64, u32, LockType), Acc)> = by_lock.into_iter().collect();
         ranked.sort_by(|a, b| {
             b.1.stats
                 .total_ns
                 .cmp(&a.1.stats.total_ns)
-                .then_with(|| a.0.0.cmp(&b.0.0))
+                .then_with(|| a.0.cmp(&b.0))
         });
         type Figures = (BTreeMap<u64, WaitStats>, BTreeMap<u32, WaitStats>);
-        let mut detailed: BTreeMap<(u64, LockType), Figures> = ranked
+        let mut detailed: BTreeMap<(u64, u32, LockType), Figures> = ranked
             .iter()
             .take(detail.locks)
             .map(|(k, _)| (*k, Figures::default()))
             .collect();
         for (key, stats) in &raw.stats {
             let Some(t) = typed(key) else { continue };
-            if let Some((callers, tasks)) = detailed.get_mut(&(key.lock, t)) {
+            if let Some((callers, tasks)) = detailed.get_mut(&(key.lock, flags_gen(key.flags), t)) {
                 if key.stack != STACK_NOT_SAMPLED {
                     callers.entry(key.stack).or_default().merge(stats);
                 }
@@ -280,8 +321,10 @@ impl LockPlan {
         }
         let locks = ranked
             .into_iter()
-            .map(|((addr, lock_type), acc)| {
-                let (callers, tasks) = detailed.remove(&(addr, lock_type)).unwrap_or_default();
+            .map(|((addr, generation, lock_type), acc)| {
+                let (callers, tasks) = detailed
+                    .remove(&(addr, generation, lock_type))
+                    .unwrap_or_default();
                 let callers = keep_top(callers, detail.callers_per_lock);
                 let tasks = keep_top(tasks, detail.tasks_per_lock);
                 let omitted = Omitted {
@@ -291,6 +334,7 @@ impl LockPlan {
                 };
                 PlannedLock {
                     addr,
+                    generation,
                     lock_type,
                     stats: acc.stats,
                     callers,
@@ -383,7 +427,7 @@ pub fn build_locks_cached(
                 })
                 .collect();
             // Names inferred from a caller come after, over all of a lock's entries.
-            let (name, owner) = lock_identity(raw, names, p.addr);
+            let (name, owner) = lock_identity_at(raw, names, p.addr, p.generation, None);
             let tasks: Vec<TaskEntry> = p
                 .tasks
                 .into_iter()
@@ -395,12 +439,23 @@ pub fn build_locks_cached(
                     events: None,
                 })
                 .collect();
-            let holders =
-                holder_index.holders(p.addr, p.lock_type, p.stats.total_ns, holder_comm, |k| {
-                    holder_stacks.get(k).cloned().unwrap_or_default()
-                });
+            let holders = holder_index.holders(
+                p.addr,
+                p.generation,
+                p.lock_type,
+                p.stats.total_ns,
+                holder_comm,
+                |k| {
+                    // Holder stacks are kept per kind, whatever the owner generation.
+                    let k = HolderKey {
+                        flags: flags_kind(k.flags),
+                        ..*k
+                    };
+                    holder_stacks.get(&k).cloned().unwrap_or_default()
+                },
+            );
             LockEntry {
-                addr: format!("{:#x}", p.addr),
+                addr: lock_addr(p.addr, p.generation),
                 lock_type: p.lock_type,
                 name,
                 owner,
@@ -449,9 +504,9 @@ fn name_by_busiest_caller(locks: &mut [LockEntry], raw: &RawSnapshot, names: &dy
         .iter()
         .enumerate()
         .filter_map(|(i, l)| {
-            let addr = u64::from_str_radix(l.addr.trim_start_matches("0x"), 16).ok()?;
+            let (addr, generation) = parse_lock_addr(&l.addr)?;
             let caller = busiest.get(l.addr.as_str()).map(|b| b.1)?;
-            let (name, _) = lock_identity_at(raw, names, addr, Some(caller));
+            let (name, _) = lock_identity_at(raw, names, addr, generation, Some(caller));
             (name != l.name).then_some((i, name))
         })
         .collect();
@@ -462,19 +517,22 @@ fn name_by_busiest_caller(locks: &mut [LockEntry], raw: &RawSnapshot, names: &dy
 
 /// A lock's name and owner: the structure the kernel found it in, else a static symbol,
 /// else its address.
+/// Of the address's current owner generation.
 pub fn lock_identity(raw: &RawSnapshot, names: &dyn Names, addr: u64) -> (String, Option<Owner>) {
-    lock_identity_at(raw, names, addr, None)
+    lock_identity_at(raw, names, addr, raw.current_gen(addr), None)
 }
 
-/// [`lock_identity`], with the function that contended the lock most (`caller`), which
-/// may tell the type of the object a lock in a general slab cache is in.
+/// [`lock_identity`] of owner generation `generation`, with the function that contended the
+/// lock most (`caller`), which may tell the type of the object a lock in a general slab
+/// cache is in.
 pub fn lock_identity_at(
     raw: &RawSnapshot,
     names: &dyn Names,
     addr: u64,
+    generation: u32,
     caller: Option<&str>,
 ) -> (String, Option<Owner>) {
-    let info = raw.lock_info.get(&addr);
+    let info = raw.info(addr, generation);
     if let Some(name) = info.and_then(|i| place_name(i, &raw.lock_types, caller)) {
         return (name, None);
     }
@@ -584,6 +642,86 @@ pub(crate) mod tests {
         assert_eq!(name(0xffff_8880_0001_0000), "rq_lock cpu 0");
         assert_eq!(name(0xffff_ffff_8200_0000), "rtnl_mutex");
         assert_eq!(name(0xffff_8880_0001_0004), "0xffff888000010004");
+    }
+
+    /// An address seen freed and reused: each owner generation's waits are an entry of
+    /// their own, named after that generation's owner; the unknown bits below the
+    /// generation still make a key unknown.
+    #[test]
+    fn each_owner_generation_of_a_reused_address_is_its_own_entry() {
+        use lockscope_common::GEN_SHIFT;
+        let mm = 0xffff_8880_0000_1000u64;
+        let key = |tgid, flags| ContentionKey {
+            lock: mm,
+            stack: 0,
+            tgid,
+            flags,
+        };
+        let info = |tgid: u32, name: &[u8], generation| {
+            let mut comm = [0u8; 16];
+            comm[..name.len()].copy_from_slice(name);
+            LockInfo {
+                kind: LOCK_KIND_MMAP_LOCK,
+                tgid,
+                comm,
+                generation,
+                ..LockInfo::default()
+            }
+        };
+        let mut raw = RawSnapshot {
+            stats: vec![
+                (key(100, LCB_F_WRITE), wait(1_000, 2)),
+                (key(200, LCB_F_WRITE | (1 << GEN_SHIFT)), wait(5_000, 3)),
+                (key(300, LCB_F_WRITE | (2 << GEN_SHIFT)), wait(9_000, 1)),
+                (key(300, (1 << 7) | (2 << GEN_SHIFT)), wait(9_000, 4)),
+            ],
+            ..Default::default()
+        };
+        raw.past_lock_info.insert((mm, 0), info(100, b"first", 0));
+        raw.past_lock_info.insert((mm, 1), info(200, b"second", 1));
+        raw.lock_info.insert(mm, info(300, b"third", 2));
+        let mut lost = BTreeMap::new();
+        let locks = build_locks(&raw, &FakeNames, &mut lost);
+        let got: Vec<(&str, &str, u64, Vec<u32>)> = locks
+            .iter()
+            .map(|l| {
+                let pids = l.tasks.iter().map(|t| t.pid).collect();
+                (l.addr.as_str(), l.name.as_str(), l.stats.count, pids)
+            })
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (
+                    "0xffff888000001000/1",
+                    "mmap_lock of second[200]",
+                    3,
+                    vec![200]
+                ),
+                (
+                    "0xffff888000001000/2",
+                    "mmap_lock of third[300]",
+                    1,
+                    vec![300]
+                ),
+                (
+                    "0xffff888000001000",
+                    "mmap_lock of first[100]",
+                    2,
+                    vec![100]
+                ),
+            ]
+        );
+        assert_eq!(lost["unknown_flags"], 4);
+        // Lookups by address alone take the current generation.
+        assert_eq!(
+            lock_identity(&raw, &FakeNames, mm).0,
+            "mmap_lock of third[300]"
+        );
+        assert_eq!(raw.gen_of_thread(mm, 1), 2);
+        assert_eq!(parse_lock_addr("0xffff888000001000/2"), Some((mm, 2)));
+        assert_eq!(parse_lock_addr("0x10"), Some((0x10, 0)));
+        assert_eq!(parse_lock_addr("0x10/x"), None);
     }
 
     #[test]

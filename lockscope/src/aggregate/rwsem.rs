@@ -145,27 +145,55 @@ pub fn apply_rwsem_events(
             task[e] += n;
         }
     }
-    // Every rwsem entry gets an events object, all zeros (or n/a) without events.
-    for entry in locks.iter_mut() {
-        let Some(side) = side_of(entry.lock_type) else {
-            continue;
-        };
-        let addr = parse_addr(&entry.addr);
-        let (totals, tasks) = by_lock.remove(&(addr, side)).unwrap_or_default();
-        entry.events = Some(values(&totals, kinds, side));
-        for t in entry.tasks.iter_mut() {
-            let c = tasks.get(&t.pid).copied().unwrap_or_default();
-            t.events = Some(values(&c, kinds, side));
+    // Every rwsem entry gets an events object, all zeros (or n/a) without events. An
+    // address with several owner generations (`0x.../1`) has several entries of a side:
+    // a process's events go to the entry it waited in, else to the one named after it,
+    // else to the busiest (the first).
+    let mut entries_of: BTreeMap<(u64, u32), Vec<usize>> = BTreeMap::new();
+    for (i, entry) in locks.iter().enumerate() {
+        if let Some(side) = side_of(entry.lock_type) {
+            entries_of
+                .entry((parse_addr(&entry.addr), side))
+                .or_default()
+                .push(i);
         }
+    }
+    for (&(addr, side), idx) in &entries_of {
+        let (_, tasks) = by_lock.remove(&(addr, side)).unwrap_or_default();
+        let mut totals = vec![[0u64; RWSEM_EVENTS]; idx.len()];
+        let mut assigned: Vec<BTreeMap<u32, [u64; RWSEM_EVENTS]>> =
+            vec![BTreeMap::new(); idx.len()];
         for (pid, c) in tasks {
-            if !entry.tasks.iter().any(|t| t.pid == pid) {
-                entry.tasks.push(TaskEntry {
-                    cgroup: None,
-                    pid,
-                    comm: raw.comms.get(&pid).cloned().unwrap_or_default(),
-                    stats: WaitStats::default(),
-                    events: Some(values(&c, kinds, side)),
-                });
+            let waited = idx
+                .iter()
+                .position(|&i| locks[i].tasks.iter().any(|t| t.pid == pid));
+            let owned = || {
+                idx.iter()
+                    .position(|&i| locks[i].owner.as_ref().is_some_and(|o| o.pid == pid))
+            };
+            let k = waited.or_else(owned).unwrap_or(0);
+            for (e, n) in c.iter().enumerate() {
+                totals[k][e] += n;
+            }
+            assigned[k].insert(pid, c);
+        }
+        for (k, &i) in idx.iter().enumerate() {
+            let entry = &mut locks[i];
+            entry.events = Some(values(&totals[k], kinds, side));
+            for t in entry.tasks.iter_mut() {
+                let c = assigned[k].get(&t.pid).copied().unwrap_or_default();
+                t.events = Some(values(&c, kinds, side));
+            }
+            for (&pid, c) in &assigned[k] {
+                if !entry.tasks.iter().any(|t| t.pid == pid) {
+                    entry.tasks.push(TaskEntry {
+                        cgroup: None,
+                        pid,
+                        comm: raw.comms.get(&pid).cloned().unwrap_or_default(),
+                        stats: WaitStats::default(),
+                        events: Some(values(c, kinds, side)),
+                    });
+                }
             }
         }
     }
@@ -204,8 +232,10 @@ pub fn apply_rwsem_events(
     }
 }
 
+/// The address of an entry, its owner generation aside (rwsem lock events are counted
+/// per address and process).
 fn parse_addr(s: &str) -> u64 {
-    u64::from_str_radix(s.trim_start_matches("0x"), 16).unwrap_or(0)
+    super::model::parse_lock_addr(s).map_or(0, |(a, _)| a)
 }
 
 /// The system-wide summary.
@@ -283,6 +313,57 @@ mod tests {
                 .enumerate()
                 .all(|(e, &k)| e == EV_OPT_NOSPIN || k == EventKind::Exact)
         );
+    }
+
+    /// An address with two owner generations: each process's events go to the entry it
+    /// waited in, or to the one named after it; totals follow.
+    #[test]
+    fn events_of_a_reused_address_go_to_each_owners_entry() {
+        use lockscope_common::{
+            ContentionKey, GEN_SHIFT, LCB_F_READ, LOCK_KIND_MMAP_LOCK, LockInfo,
+        };
+        let mm = 0xffff_8880_0000_1000u64;
+        let wait = crate::aggregate::recording::tests::wait;
+        let key = |tgid, generation: u32| ContentionKey {
+            lock: mm,
+            stack: 0,
+            tgid,
+            flags: LCB_F_READ | (generation << GEN_SHIFT),
+        };
+        let info = |tgid, generation| LockInfo {
+            kind: LOCK_KIND_MMAP_LOCK,
+            tgid,
+            generation,
+            ..LockInfo::default()
+        };
+        let mut raw = RawSnapshot {
+            stats: vec![(key(100, 0), wait(1_000, 1)), (key(200, 1), wait(9_000, 1))],
+            ..Default::default()
+        };
+        raw.past_lock_info.insert((mm, 0), info(100, 0));
+        raw.lock_info.insert(mm, info(200, 1));
+        let ev = |tgid, n| {
+            let k = RwsemEventKey {
+                lock: mm,
+                tgid,
+                side: SIDE_READ,
+            };
+            (k, counts(&[(EV_RLOCK, n)]))
+        };
+        // 100 and 200 waited in their own entries; 300 only has events.
+        raw.rwsem_events = vec![ev(100, 5), ev(200, 7), ev(300, 1)];
+        let mut lost = BTreeMap::new();
+        let mut locks = build_locks(&raw, &FakeNames, &mut lost);
+        apply_rwsem_events(&raw, &FakeNames, &event_kinds(0, false, true), &mut locks);
+        let entry = |addr: &str| locks.iter().find(|l| l.addr == addr).unwrap();
+        let (first, later) = (entry("0xffff888000001000"), entry("0xffff888000001000/1"));
+        assert_eq!(first.events.as_ref().unwrap()["rlock"], Some(5));
+        let pids = |l: &LockEntry| l.tasks.iter().map(|t| t.pid).collect::<Vec<_>>();
+        assert_eq!(pids(first), [100]);
+        // The busiest entry (the first in the list) takes the events of neither owner.
+        assert_eq!(later.events.as_ref().unwrap()["rlock"], Some(8));
+        assert_eq!(pids(later), [200, 300]);
+        assert_eq!(locks.len(), 2);
     }
 
     #[test]

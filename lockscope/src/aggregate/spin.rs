@@ -189,7 +189,7 @@ pub fn deep_entries(
         });
     }
     for e in &mut entries {
-        let addr = u64::from_str_radix(e.addr.trim_start_matches("0x"), 16).unwrap_or(0);
+        let addr = super::model::parse_lock_addr(&e.addr).map_or(0, |(a, _)| a);
         e.spin = Some(SpinDetail {
             tier: "deep".into(),
             hold: hold_available.then(|| holds.get(&addr).cloned().unwrap_or_default()),

@@ -9,7 +9,7 @@ use lockscope_common::{NAME_PI_LOCK, RtConfig};
 
 use super::{Attach, Build, Doctor, Family, Globals, Prepare, Read};
 use crate::{
-    aggregate::{pi_lock::apply_wait_task, recording::lock_identity},
+    aggregate::{pi_lock::apply_wait_task, recording::lock_identity_at},
     probe::{groups::PI_LOCK_PROXY, rt::rt_config},
     source::rt::read_wait_task,
 };
@@ -64,8 +64,9 @@ impl Family for PiProxy {
 
     fn build(&self, cx: &mut Build<'_>) -> anyhow::Result<()> {
         let (raw, names) = (&*cx.raw, cx.names);
-        let name = |a: u64| lock_identity(raw, names, a);
-        apply_wait_task(cx.wait_task, cx.comms, &name, &mut cx.rec.locks);
+        let gen_of = |a: u64, tracee: u32| raw.gen_of_thread(a, tracee);
+        let name = |a: u64, generation: u32| lock_identity_at(raw, names, a, generation, None);
+        apply_wait_task(cx.wait_task, cx.comms, &gen_of, &name, &mut cx.rec.locks);
         Ok(())
     }
 

@@ -17,8 +17,8 @@ use aya::{
 };
 use lockscope_common::{
     CNT_TASK_WAITS_CREATED, CNT_TASK_WAITS_ENDED, COUNTERS_LEN, ContentionKey, ContentionStats,
-    HolderKey, HolderStats, LockInfo, RWSEM_COUNTERS_LEN, RwsemEventCounts, RwsemEventKey,
-    StackFrames, WaitStart,
+    HolderKey, HolderStats, LockGenKey, LockInfo, RWSEM_COUNTERS_LEN, RwsemEventCounts,
+    RwsemEventKey, StackFrames, WaitStart,
 };
 
 use std::collections::{BTreeMap, HashMap};
@@ -62,7 +62,8 @@ pub fn read_lock_totals(ebpf: &Ebpf) -> anyhow::Result<Vec<LockTotals>> {
     let mut sums: BTreeMap<(u64, LockType), (u64, u64)> = BTreeMap::new();
     for entry in stats.iter() {
         let (key, values) = entry.context("reading CONTENTION_STATS")?;
-        let Ok(t) = LockType::from_flags(key.flags) else {
+        // Per address: the owner generations of a reused address are summed.
+        let Ok(t) = LockType::from_flags(lockscope_common::flags_kind(key.flags)) else {
             continue;
         };
         let s = sums.entry((key.lock, t)).or_default();
@@ -148,6 +149,13 @@ pub fn read_contention(ebpf: &Ebpf, raw: &mut RawSnapshot) -> anyhow::Result<()>
         |cpus| crate::aggregate::WaitStats::from_cpus(cpus.collect::<Vec<_>>().iter()),
     )?;
     raw.lock_info = batch::hash_entries::<u64, LockInfo>(ebpf, "LOCK_INFO")?
+        .into_iter()
+        .collect();
+    raw.past_lock_info = batch::hash_entries::<LockGenKey, LockInfo>(ebpf, "LOCK_INFO_PAST")?
+        .into_iter()
+        .map(|(k, i)| ((k.lock, k.generation), i))
+        .collect();
+    raw.lock_gens = batch::hash_entries::<u64, u32>(ebpf, "LOCK_GENS")?
         .into_iter()
         .collect();
     raw.comms = batch::hash_entries::<u32, [u8; 16]>(ebpf, "COMMS")?
