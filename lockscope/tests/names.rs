@@ -55,17 +55,7 @@ fn the_busiest_dynamic_locks_of_a_mix_are_named() {
         .iter()
         .filter(|l| {
             let t = l["type"].as_str().unwrap();
-            let addr = u64::from_str_radix(
-                l["addr"]
-                    .as_str()
-                    .unwrap()
-                    .split('/')
-                    .next()
-                    .unwrap()
-                    .trim_start_matches("0x"),
-                16,
-            )
-            .unwrap();
+            let addr = lock_address(l);
             t != "futex" && !t.starts_with("pthread") && addr < 0xffff_ffff_8000_0000
         })
         .collect();

@@ -702,17 +702,7 @@ fn prometheus_scrapes_serve_while_mmap_churn_runs() {
         .iter()
         .copied()
         .filter(|l| {
-            let addr = u64::from_str_radix(
-                l["addr"]
-                    .as_str()
-                    .unwrap()
-                    .split('/')
-                    .next()
-                    .unwrap()
-                    .trim_start_matches("0x"),
-                16,
-            )
-            .unwrap();
+            let addr = lock_address(l);
             l["pid"].as_u64() == Some(futex_pid) && (first..first + 64 * 10_000).contains(&addr)
         })
         .collect();

@@ -66,6 +66,13 @@ pub fn read_json(path: &Path) -> Value {
     serde_json::from_str(&text).unwrap()
 }
 
+/// A lock entry's address (`addr`: `0x...`, and `/N` for a later owner generation).
+pub fn lock_address(lock: &Value) -> u64 {
+    let addr = lock["addr"].as_str().unwrap();
+    let hex = addr.split('/').next().unwrap().trim_start_matches("0x");
+    u64::from_str_radix(hex, 16).unwrap_or_else(|e| panic!("addr {addr}: {e}"))
+}
+
 /// Waits counted in a lock entry's histogram (must equal its `contended`).
 pub fn hist_total(lock: &Value) -> u64 {
     lock["histogram"]
