@@ -83,12 +83,7 @@ fn an_mmap_lock_whose_memory_a_later_process_reuses_gets_an_entry_per_process() 
         "for i in 1 2 3 4 5 6 7 8 9 10; do '{me}' workload mmap-churn --threads 4 \
          --seconds 0.3 >/dev/null; done"
     );
-    run_ok(
-        lockscope()
-            .args(["record", "-n", "0", "-o"])
-            .arg(&file)
-            .args(["--", "sh", "-c", &script]),
-    );
+    record_script(&file, &script);
     let rec = read_json(&file);
     assert_eq!(rec["lost"]["lock_gen_map_full"], 0, "{:#}", rec["lost"]);
     // Address -> the processes its mmap_lock entries are named after.

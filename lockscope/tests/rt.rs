@@ -204,12 +204,7 @@ fn a_pi_lock_whose_task_struct_a_later_tracee_reuses_gets_an_entry_per_tracee() 
         "for i in 1 2 3 4 5 6 7 8; do '{me}' workload ptrace-storm --tracers 2 \
          --seconds 0.3; done"
     );
-    let out = run_ok(
-        lockscope()
-            .args(["record", "-n", "0", "-o"])
-            .arg(&file)
-            .args(["--", "sh", "-c", &script]),
-    );
+    let out = record_script(&file, &script);
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
     let rec = read_json(&file);
     assert_eq!(lost(&rec, "lock_gen_map_full"), 0);

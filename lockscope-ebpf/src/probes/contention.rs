@@ -550,6 +550,10 @@ fn name_lock(cfg: &ProbeConfig, lock: u64) -> u32 {
 /// named anew, or else mark it reused. True when retired.
 #[inline(always)]
 fn note_reuse(cfg: &ProbeConfig, info: &mut LockInfo, lock: u64) -> bool {
+    // Marked reused already (its generation could not be kept): nothing more to see.
+    if info.has_ident == IDENT_REUSED {
+        return false;
+    }
     // An object with an identity word: still the same object at this address? A
     // process's own lock: waited for by another process as its own?
     let pid_tgid = bpf_get_current_pid_tgid();
@@ -595,10 +599,7 @@ pub fn retire(lock: u64, info: &LockInfo) -> bool {
         generation,
         _pad: 0,
     };
-    if info.has_ident == IDENT_REUSED
-        || generation >= GEN_MAX
-        || LOCK_INFO_PAST.insert(past, info, 0).is_err()
-    {
+    if generation >= GEN_MAX || LOCK_INFO_PAST.insert(past, info, 0).is_err() {
         count(CNT_LOST_LOCK_GEN);
         return false;
     }

@@ -116,20 +116,19 @@ pub fn forgettable(
     past_lock_info.sort_unstable();
     let owned_addrs: HashSet<u64> = owned.iter().map(|&(lock, _)| lock).collect();
     // An address keeps its generation count while any of its names stays.
-    let named_after = |lock: u64| {
-        raw.lock_info
-            .get(&lock)
-            .is_some_and(|i| !owned.contains(&(lock, i.generation)))
-            || raw
-                .past_lock_info
-                .iter()
-                .any(|(&(l, g), _)| l == lock && !owned.contains(&(l, g)))
-    };
+    let still_named: HashSet<u64> = raw
+        .lock_info
+        .iter()
+        .map(|(&lock, i)| (lock, i.generation))
+        .chain(raw.past_lock_info.keys().copied())
+        .filter(|id| !owned.contains(id))
+        .map(|(lock, _)| lock)
+        .collect();
     let mut lock_gens: Vec<u64> = raw
         .lock_gens
         .keys()
         .copied()
-        .filter(|&lock| owned_addrs.contains(&lock) && !named_after(lock))
+        .filter(|lock| owned_addrs.contains(lock) && !still_named.contains(lock))
         .collect();
     lock_gens.sort_unstable();
     let forgotten = |lock: u64, tgid: u32| gone.contains(&tgid) || owned_addrs.contains(&lock);

@@ -73,18 +73,16 @@ impl RawSnapshot {
             .unwrap_or(0)
     }
 
-    /// The owner generation of `addr` that is thread `tid`'s `pi_lock`, else the current.
-    pub fn gen_of_thread(&self, addr: u64, tid: u32) -> u32 {
-        let is = |i: &LockInfo| i.tid == tid && i.kind == lockscope_common::LOCK_KIND_PI_LOCK;
-        match self.lock_info.get(&addr) {
-            Some(i) if is(i) => i.generation,
-            _ => self
-                .past_lock_info
-                .iter()
-                .find(|((a, _), i)| *a == addr && is(i))
-                .map(|((_, g), _)| *g)
-                .unwrap_or_else(|| self.current_gen(addr)),
-        }
+    /// The owner generation of each `pi_lock` named after a thread, by (address, tid).
+    pub fn pi_lock_generations(&self) -> HashMap<(u64, u32), u32> {
+        let past = self.past_lock_info.iter().map(|(&(a, _), i)| (a, i));
+        self.lock_info
+            .iter()
+            .map(|(&a, i)| (a, i))
+            .chain(past)
+            .filter(|(_, i)| i.kind == lockscope_common::LOCK_KIND_PI_LOCK && i.tid != 0)
+            .map(|(a, i)| ((a, i.tid), i.generation))
+            .collect()
     }
 }
 
@@ -515,9 +513,8 @@ fn name_by_busiest_caller(locks: &mut [LockEntry], raw: &RawSnapshot, names: &dy
     }
 }
 
-/// A lock's name and owner: the structure the kernel found it in, else a static symbol,
-/// else its address.
-/// Of the address's current owner generation.
+/// A lock's name and owner (of the address's current owner generation): the structure
+/// the kernel found it in, else a static symbol, else its address.
 pub fn lock_identity(raw: &RawSnapshot, names: &dyn Names, addr: u64) -> (String, Option<Owner>) {
     lock_identity_at(raw, names, addr, raw.current_gen(addr), None)
 }
@@ -718,7 +715,8 @@ pub(crate) mod tests {
             lock_identity(&raw, &FakeNames, mm).0,
             "mmap_lock of third[300]"
         );
-        assert_eq!(raw.gen_of_thread(mm, 1), 2);
+        assert!(raw.pi_lock_generations().is_empty(), "no pi_lock here");
+        assert_eq!(raw.current_gen(mm), 2);
         assert_eq!(parse_lock_addr("0xffff888000001000/2"), Some((mm, 2)));
         assert_eq!(parse_lock_addr("0x10"), Some((0x10, 0)));
         assert_eq!(parse_lock_addr("0x10/x"), None);

@@ -134,16 +134,13 @@ pub fn apply_rwsem_events(
     kinds: &[EventKind; RWSEM_EVENTS],
     locks: &mut Vec<LockEntry>,
 ) {
-    // (lock, side) -> (totals, per tgid)
-    type PerLock = ([u64; RWSEM_EVENTS], BTreeMap<u32, [u64; RWSEM_EVENTS]>);
-    let mut by_lock: BTreeMap<(u64, u32), PerLock> = BTreeMap::new();
+    type Counts = [u64; RWSEM_EVENTS];
+    let add = |to: &mut Counts, c: &Counts| to.iter_mut().zip(c).for_each(|(t, n)| *t += n);
+    // (lock, side) -> per tgid
+    let mut by_lock: BTreeMap<(u64, u32), BTreeMap<u32, Counts>> = BTreeMap::new();
     for (key, counts) in &raw.rwsem_events {
-        let acc = by_lock.entry((key.lock, key.side)).or_default();
-        let task = acc.1.entry(key.tgid).or_default();
-        for (e, n) in counts.n.iter().enumerate() {
-            acc.0[e] += n;
-            task[e] += n;
-        }
+        let tasks = by_lock.entry((key.lock, key.side)).or_default();
+        add(tasks.entry(key.tgid).or_default(), &counts.n);
     }
     // Every rwsem entry gets an events object, all zeros (or n/a) without events. An
     // address with several owner generations (`0x.../1`) has several entries of a side:
@@ -159,10 +156,9 @@ pub fn apply_rwsem_events(
         }
     }
     for (&(addr, side), idx) in &entries_of {
-        let (_, tasks) = by_lock.remove(&(addr, side)).unwrap_or_default();
-        let mut totals = vec![[0u64; RWSEM_EVENTS]; idx.len()];
-        let mut assigned: Vec<BTreeMap<u32, [u64; RWSEM_EVENTS]>> =
-            vec![BTreeMap::new(); idx.len()];
+        let tasks = by_lock.remove(&(addr, side)).unwrap_or_default();
+        let mut totals: Vec<Counts> = vec![[0; RWSEM_EVENTS]; idx.len()];
+        let mut assigned: Vec<BTreeMap<u32, Counts>> = vec![BTreeMap::new(); idx.len()];
         for (pid, c) in tasks {
             let waited = idx
                 .iter()
@@ -172,9 +168,7 @@ pub fn apply_rwsem_events(
                     .position(|&i| locks[i].owner.as_ref().is_some_and(|o| o.pid == pid))
             };
             let k = waited.or_else(owned).unwrap_or(0);
-            for (e, n) in c.iter().enumerate() {
-                totals[k][e] += n;
-            }
+            add(&mut totals[k], &c);
             assigned[k].insert(pid, c);
         }
         for (k, &i) in idx.iter().enumerate() {
@@ -198,7 +192,9 @@ pub fn apply_rwsem_events(
         }
     }
     // Locks with events but no contended wait of that side.
-    for ((addr, side), (totals, tasks)) in by_lock {
+    for ((addr, side), tasks) in by_lock {
+        let mut totals: Counts = [0; RWSEM_EVENTS];
+        tasks.values().for_each(|c| add(&mut totals, c));
         let lock_type = if side == SIDE_READ {
             LockType::RwsemRead
         } else {
@@ -206,7 +202,7 @@ pub fn apply_rwsem_events(
         };
         let (name, owner) = super::recording::lock_identity(raw, names, addr);
         locks.push(LockEntry {
-            addr: format!("{addr:#x}"),
+            addr: super::model::lock_addr(addr, raw.current_gen(addr)),
             lock_type,
             name,
             owner,

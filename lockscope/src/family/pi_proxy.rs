@@ -64,7 +64,13 @@ impl Family for PiProxy {
 
     fn build(&self, cx: &mut Build<'_>) -> anyhow::Result<()> {
         let (raw, names) = (&*cx.raw, cx.names);
-        let gen_of = |a: u64, tracee: u32| raw.gen_of_thread(a, tracee);
+        let by_thread = raw.pi_lock_generations();
+        let gen_of = |a: u64, tracee: u32| {
+            by_thread
+                .get(&(a, tracee))
+                .copied()
+                .unwrap_or_else(|| raw.current_gen(a))
+        };
         let name = |a: u64, generation: u32| lock_identity_at(raw, names, a, generation, None);
         apply_wait_task(cx.wait_task, cx.comms, &gen_of, &name, &mut cx.rec.locks);
         Ok(())

@@ -66,6 +66,16 @@ pub fn read_json(path: &Path) -> Value {
     serde_json::from_str(&text).unwrap()
 }
 
+/// `lockscope record -n 0 -o FILE -- sh -c SCRIPT`, which must succeed.
+pub fn record_script(file: &Path, script: &str) -> Output {
+    run_ok(
+        lockscope()
+            .args(["record", "-n", "0", "-o"])
+            .arg(file)
+            .args(["--", "sh", "-c", script]),
+    )
+}
+
 /// A lock entry's address (`addr`: `0x...`, and `/N` for a later owner generation).
 pub fn lock_address(lock: &Value) -> u64 {
     let addr = lock["addr"].as_str().unwrap();
