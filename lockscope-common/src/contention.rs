@@ -137,15 +137,17 @@ pub struct LockInfo {
     pub offset: u32,
     /// `IDENT_*`.
     pub has_ident: u32,
-    /// `LOCK_KIND_SLAB`: the cache's name.
-    pub cache: [u8; CACHE_NAME_LEN],
     /// The address's owner generation this identity is of: 0 for the first object seen
     /// at the address, one more each time the probes saw it freed and reused (see
     /// [`LockGenKey`]). The waits on the lock carry it in their flags ([`flags_gen`]).
+    /// In the first 64 bytes with every field a contended wait reads, before `cache`.
     pub generation: u32,
     pub _pad: u32,
+    /// `LOCK_KIND_SLAB`: the cache's name.
+    pub cache: [u8; CACHE_NAME_LEN],
 }
 assert_size!(LockInfo, 96);
+const _: () = assert!(core::mem::offset_of!(LockInfo, generation) < 64);
 
 /// Key of `LOCK_INFO_PAST`: the identity of an earlier owner generation of a lock
 /// address, kept when the probes saw the address freed and reused (another object, or
