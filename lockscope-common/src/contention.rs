@@ -95,7 +95,8 @@ impl Default for ContentionStats {
 pub const LOCK_KIND_MMAP_LOCK: u32 = 1;
 pub const LOCK_KIND_SIGLOCK: u32 = 2;
 pub const LOCK_KIND_PI_LOCK: u32 = 3;
-/// The spinlock guarding an `mmap_lock`'s wait list (`rw_semaphore.wait_lock`).
+/// The lock inside an `mmap_lock` that its waiters contend too: the spinlock guarding its
+/// wait list (`rw_semaphore.wait_lock`), or on PREEMPT_RT its `rwbase.rtmutex`.
 pub const LOCK_KIND_MMAP_WAIT_LOCK: u32 = 4;
 /// A field of a slab object: `LockInfo::cache` names the cache (`bpf_get_kmem_cache`),
 /// `object` is the object's address and `offset` the lock's place in it.
@@ -311,6 +312,7 @@ pub struct ProbeConfig {
     pub off_sighand_siglock: u32,
     pub off_task_group_leader: u32,
     pub off_task_comm: u32,
+    /// `rw_semaphore.wait_lock`, or on PREEMPT_RT `rwbase` + `rwbase_rt.rtmutex`.
     pub off_rwsem_wait_lock: u32,
     /// In `FILTER_TGIDS` mode, children forked by this process (lockscope itself, starting
     /// the traced command) become targets too; 0 for none.

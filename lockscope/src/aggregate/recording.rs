@@ -14,7 +14,7 @@ use super::{
     futex::{FutexSnapshot, build_futex_locks, futex_lost},
 };
 use crate::decode::{
-    LockOwner, LockType,
+    LockField, LockOwner, LockType,
     place::{LockTypes, caller_lock, place_name},
 };
 
@@ -534,15 +534,20 @@ pub fn lock_identity_at(
         return (name, None);
     }
     match info.and_then(|i| LockOwner::decode(i).ok()) {
-        Some(o) => (
-            o.name(),
-            Some(Owner {
-                field: o.field.name().to_owned(),
-                pid: o.pid,
-                tid: o.tid,
-                comm: o.comm,
-            }),
-        ),
+        Some(mut o) => {
+            if o.field == LockField::MmapWaitLock && raw.lock_types.rwsem_rtmutex {
+                o.field = LockField::MmapRtmutex;
+            }
+            (
+                o.name(),
+                Some(Owner {
+                    field: o.field.name().to_owned(),
+                    pid: o.pid,
+                    tid: o.tid,
+                    comm: o.comm,
+                }),
+            )
+        }
         None => (
             match raw.rq_locks.get(&addr) {
                 Some(cpu) => format!("rq_lock cpu {cpu}"),
@@ -639,6 +644,33 @@ pub(crate) mod tests {
         assert_eq!(name(0xffff_8880_0001_0000), "rq_lock cpu 0");
         assert_eq!(name(0xffff_ffff_8200_0000), "rtnl_mutex");
         assert_eq!(name(0xffff_8880_0001_0004), "0xffff888000010004");
+    }
+
+    /// The lock the probes find inside a process's `mmap_lock` is its `wait_lock`, or on
+    /// PREEMPT_RT (whose rwsem wraps an rtmutex) its `rwbase.rtmutex`.
+    #[test]
+    fn the_lock_inside_an_mmap_lock_is_named_for_the_kernel() {
+        let inner = 0xffff_8880_0000_1008u64;
+        let mut raw = RawSnapshot::default();
+        raw.lock_info.insert(
+            inner,
+            LockInfo {
+                kind: lockscope_common::LOCK_KIND_MMAP_WAIT_LOCK,
+                tgid: 7,
+                comm: *b"app\0\0\0\0\0\0\0\0\0\0\0\0\0",
+                ..LockInfo::default()
+            },
+        );
+        let (name, owner) = lock_identity(&raw, &FakeNames, inner);
+        assert_eq!(name, "mmap_lock.wait_lock of app[7]");
+        assert_eq!(owner.unwrap().field, "mmap_lock.wait_lock");
+        raw.lock_types = std::sync::Arc::new(crate::decode::place::LockTypes {
+            rwsem_rtmutex: true,
+            ..Default::default()
+        });
+        let (name, owner) = lock_identity(&raw, &FakeNames, inner);
+        assert_eq!(name, "mmap_lock.rtmutex of app[7]");
+        assert_eq!(owner.unwrap().field, "mmap_lock.rtmutex");
     }
 
     /// An address seen freed and reused: each owner generation's waits are an entry of

@@ -227,6 +227,9 @@ pub enum LockField {
     MmapLock,
     /// `mm->mmap_lock.wait_lock`, the spinlock guarding the rwsem's wait list.
     MmapWaitLock,
+    /// `mm->mmap_lock.rwbase.rtmutex`, PREEMPT_RT's rtmutex inside the rwsem (the probes'
+    /// `LOCK_KIND_MMAP_WAIT_LOCK` on such a kernel).
+    MmapRtmutex,
     Siglock,
     PiLock,
 }
@@ -236,6 +239,7 @@ impl LockField {
         match self {
             LockField::MmapLock => "mmap_lock",
             LockField::MmapWaitLock => "mmap_lock.wait_lock",
+            LockField::MmapRtmutex => "mmap_lock.rtmutex",
             LockField::Siglock => "siglock",
             LockField::PiLock => "pi_lock",
         }

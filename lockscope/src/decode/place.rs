@@ -138,6 +138,9 @@ pub struct LockTypes {
     pub merged: HashMap<String, Vec<String>>,
     /// The locks of static per-CPU variables.
     pub percpu: PercpuLocks,
+    /// An `rw_semaphore` wraps an rtmutex (PREEMPT_RT): the lock the probes find at its
+    /// inner offset is `rwbase.rtmutex`, not a `wait_lock`.
+    pub rwsem_rtmutex: bool,
 }
 
 /// The lock fields of the kernel's static per-CPU variables, by offset in a CPU's

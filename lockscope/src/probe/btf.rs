@@ -51,9 +51,11 @@ impl KernelOffsets {
             task_tgid: btf.member_offset("task_struct", "tgid")?,
             task_group_leader: btf.member_offset("task_struct", "group_leader")?,
             task_comm: btf.member_offset("task_struct", "comm")?,
-            // PREEMPT_RT's rw_semaphore wraps an rtmutex and has no `wait_lock` of its
-            // own: 0 never matches (offset 0 is the rwsem itself, named first).
-            rwsem_wait_lock: btf.member_offset("rw_semaphore", "wait_lock").unwrap_or(0),
+            // The lock inside an rw_semaphore that its waiters also contend: its
+            // `wait_lock`, or on PREEMPT_RT (no `wait_lock`: the rwsem wraps an rtmutex,
+            // which its writers and slow readers queue on) `rwbase.rtmutex`; 0 never
+            // matches (offset 0 is the rwsem itself, named first).
+            rwsem_wait_lock: rwsem_inner_lock(btf).map_or(0, |(off, _)| off),
             ..Default::default()
         };
         let pair = |a: (&str, &str), b: (&str, &str)| -> anyhow::Result<(u32, u32)> {
@@ -519,6 +521,18 @@ pub const SLAB_SYSFS: &str = "/sys/kernel/slab";
 /// Only a cache listed under its own name as a directory is typed: SLUB lists a cache
 /// that other caches may be merged into (so whose name is not its objects' alone) as a
 /// link to a `:...` directory.
+/// The offset of the lock inside an `rw_semaphore` that its waiters contend too, and
+/// whether it is PREEMPT_RT's rtmutex (`rwbase.rtmutex`) rather than the `wait_lock`
+/// spinlock.
+pub fn rwsem_inner_lock(btf: &KernelBtf) -> Option<(u32, bool)> {
+    if let Ok(off) = btf.member_offset("rw_semaphore", "wait_lock") {
+        return Some((off, false));
+    }
+    let base = btf.member_offset("rw_semaphore", "rwbase").ok()?;
+    let rtmutex = btf.member_offset("rwbase_rt", "rtmutex").ok()?;
+    Some((base + rtmutex, true))
+}
+
 pub fn lock_types(btf: &KernelBtf, slab_dir: &Path) -> crate::decode::place::LockTypes {
     use crate::decode::place::{CACHE_TYPES, CALLER_TYPES, LockTypes, ObjectType};
     let object = |ty: &str| {
@@ -528,7 +542,10 @@ pub fn lock_types(btf: &KernelBtf, slab_dir: &Path) -> crate::decode::place::Loc
             ident,
         })
     };
-    let mut types = LockTypes::default();
+    let mut types = LockTypes {
+        rwsem_rtmutex: rwsem_inner_lock(btf).is_some_and(|(_, rt)| rt),
+        ..LockTypes::default()
+    };
     let mut shared: HashMap<std::path::PathBuf, Vec<String>> = HashMap::new();
     for entry in std::fs::read_dir(slab_dir).into_iter().flatten().flatten() {
         let Ok(name) = entry.file_name().into_string() else {
