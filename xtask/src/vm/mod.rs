@@ -11,7 +11,8 @@
 //! markers, dumps the recordings it wrote, and ends with one line
 //! `LOCKSCOPE-VM-RESULT pass=N fail=M` (steps whose command failed). The host then checks
 //! the numbers in the recordings. The PREEMPT_RT guest also runs the ptrace + cyclictest
-//! scenario of the original latency report (`check_ptrace_rt`). Any failed step or check, a missing result line or a
+//! scenario of the original latency report (`check_ptrace_rt`); every guest checks lock
+//! holders against workloads that know them (`holders.rs`). Any failed step or check, a missing result line or a
 //! timeout (qemu is killed) fails the run.
 
 use std::io::{BufRead as _, BufReader};
@@ -25,6 +26,7 @@ use anyhow::{Context, Result, bail};
 use crate::setup;
 use crate::util::{self, run};
 
+mod holders;
 mod initramfs;
 mod log;
 mod ptrace_rt;
@@ -479,6 +481,7 @@ pub fn check_guest(k: &GuestKernel, g: &GuestLog) -> GuestReport {
     check_rwsem(k, g, &mut lines, &mut check);
     check_futex(k, g, &mut lines, &mut check);
     check_spin(g, &mut lines, &mut check);
+    holders::check_holders(k, g, &mut lines, &mut check);
     if k.rt {
         check_ptrace_rt(g, &mut lines, &mut check);
     }
@@ -750,8 +753,8 @@ mod tests {
         );
         let report = check_guest(&KERNELS[0], &g);
         // This guest ran the rwsem and futex steps only: every rwsem and futex check
-        // passes, and exactly the
-        // deep spinlock tier's checks fail (no doctor row, no pi-contend recordings).
+        // passes, and exactly the deep spinlock tier's checks (no doctor row, no
+        // pi-contend recordings) and the holders' (no recordings) fail.
         let fails: Vec<&String> = report
             .lines
             .iter()
@@ -764,6 +767,8 @@ mod tests {
                 "FAIL guest dumped no pi.json",
                 "FAIL guest dumped no pi-calm.json",
                 "FAIL guest dumped no pi-kprobe.json",
+                "FAIL guest dumped no holders.json",
+                "FAIL guest dumped no pipe-holders.json",
             ],
             "{:#?}",
             report.lines

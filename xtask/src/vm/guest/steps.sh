@@ -13,6 +13,13 @@ step pi-calm lockscope record -n 5 -o /tmp/pi-calm.json -- lockscope workload pi
 dump pi-calm.json
 step pi-kprobe env LOCKSCOPE_SPIN_KPROBES=1 lockscope record -n 5 -o /tmp/pi-kprobe.json -- lockscope workload pi-contend --threads 4 --seconds 4
 dump pi-kprobe.json
+# Lock holders, against workloads that know them: a long and a short holder of a
+# process's mmap_lock (a rwsem; on PREEMPT_RT an rtmutex-based rwsem), and a pipe's
+# mutex held by its writer and reader threads (on PREEMPT_RT an rtmutex).
+step holders lockscope record -n 5 -o /tmp/holders.json -- lockscope workload mmap-holders --seconds 2 --one-cpu
+dump holders.json
+step pipe-holders lockscope record -n 5 -o /tmp/pipe-holders.json -- lockscope workload pipe-mutex --seconds 2
+dump pipe-holders.json
 # PREEMPT_RT only: the ptrace + cyclictest scenario of the original latency report.
 # cyclictest is the traced command (its own maxima become spikes next to lockscope's);
 # the storm starts once cyclictest runs (lockscope's probes are attached by then) and
