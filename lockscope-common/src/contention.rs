@@ -331,15 +331,21 @@ pub struct ProbeConfig {
     pub off_task_cfs_rq: u32,
     pub off_cfs_rq_rq: u32,
     pub off_rq_lock: u32,
-    pub _pad: u32,
+    /// `rt_mutex_base.waiters.rb_leftmost`: an rtmutex's top waiter, which an rtmutex
+    /// being handed over (no owner, `RT_MUTEX_HAS_WAITERS` set) goes to
+    /// (`HOLDER_RTMUTEX_PENDING`).
+    pub off_rtmutex_leftmost: u32,
     /// Stack walks are budgeted per CPU: each costs this many ns of credit, which
     /// accrues with time up to `stack_burst_ns` (0: walk the stack of every wait). A wait
     /// that finds too little credit is timed and counted exactly, without a stack
     /// (`STACK_NOT_SAMPLED`).
     pub stack_cost_ns: u64,
     pub stack_burst_ns: u64,
+    /// `rt_mutex_waiter`'s tree node (`tree.entry`, before 6.6 `tree_entry`) and `task`.
+    pub off_rtwaiter_entry: u32,
+    pub off_rtwaiter_task: u32,
 }
-assert_size!(ProbeConfig, 120);
+assert_size!(ProbeConfig, 128);
 
 /// `ProbeConfig::name_kinds`: `mm_struct.mmap_lock` (and its `wait_lock`), `sighand.siglock`
 /// and `task_struct.pi_lock` have their offsets.
@@ -354,6 +360,11 @@ pub const NAME_ALL: u32 = NAME_MMAP_LOCK | NAME_SIGLOCK | NAME_PI_LOCK | NAME_RQ
 pub const HOLDER_MUTEX: u32 = 1;
 pub const HOLDER_RWSEM: u32 = 2;
 pub const HOLDER_RTMUTEX: u32 = 4;
+/// An rtmutex being handed over is blamed on its top waiter, which it goes to
+/// (`rt_mutex_base.waiters`, `rt_mutex_waiter.task`).
+pub const HOLDER_RTMUTEX_PENDING: u32 = 8;
+/// `RT_MUTEX_HAS_WAITERS`, bit 0 of an rtmutex's owner word.
+pub const RT_MUTEX_HAS_WAITERS: u64 = 1;
 
 /// Holder tid of a wait on an rwsem owned by readers (which readers is not kept).
 pub const HOLDER_READERS: u32 = u32::MAX;

@@ -40,9 +40,11 @@ pub static CONFIG: Global<ProbeConfig> = Global::new(ProbeConfig {
     off_task_cfs_rq: 0,
     off_cfs_rq_rq: 0,
     off_rq_lock: 0,
-    _pad: 0,
+    off_rtmutex_leftmost: 0,
     stack_cost_ns: 0,
     stack_burst_ns: 0,
+    off_rtwaiter_entry: 0,
+    off_rtwaiter_task: 0,
 });
 
 /// Events seen and everything that could not be stored (`CNT_*` slots).

@@ -308,7 +308,20 @@ fn lock_holder(cfg: &ProbeConfig, lock: u64, flags: u32) -> u64 {
     if rwsem && word & RWSEM_READER_OWNED != 0 {
         return HOLDER_READERS as u64;
     }
-    let task = word & !OWNER_FLAGS_MASK;
+    let mut task = word & !OWNER_FLAGS_MASK;
+    if task == 0
+        && word & RT_MUTEX_HAS_WAITERS != 0
+        && flags == LCB_F_RT
+        && kinds & HOLDER_RTMUTEX_PENDING != 0
+    {
+        // No owner but waiters: the rtmutex is being handed to the top waiter it woke,
+        // and no one else may take it (a higher-priority task would have, without a
+        // wait). That waiter holds up this one: blame it.
+        let node = read_kernel(lock + cfg.off_rtmutex_leftmost as u64);
+        if node != 0 {
+            task = read_kernel(node - cfg.off_rtwaiter_entry as u64 + cfg.off_rtwaiter_task as u64);
+        }
+    }
     if task == 0 {
         return 0;
     }

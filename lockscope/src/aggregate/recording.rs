@@ -664,7 +664,7 @@ pub(crate) mod tests {
         let (name, owner) = lock_identity(&raw, &FakeNames, inner);
         assert_eq!(name, "mmap_lock.wait_lock of app[7]");
         assert_eq!(owner.unwrap().field, "mmap_lock.wait_lock");
-        raw.lock_types = std::sync::Arc::new(crate::decode::place::LockTypes {
+        raw.lock_types = std::sync::Arc::new(LockTypes {
             rwsem_rtmutex: true,
             ..Default::default()
         });

@@ -28,6 +28,11 @@ pub struct KernelOffsets {
     pub mutex_owner: u32,
     pub rwsem_owner: u32,
     pub rtmutex_owner: u32,
+    /// `rt_mutex_base.waiters.rb_leftmost`, `rt_mutex_waiter`'s tree node and `task`
+    /// (`HOLDER_RTMUTEX_PENDING`).
+    pub rtmutex_leftmost: u32,
+    pub rtwaiter_entry: u32,
+    pub rtwaiter_task: u32,
     /// `HOLDER_*`: the lock kinds whose owner field was found (PREEMPT_RT's mutex and
     /// rw_semaphore wrap an rtmutex: their waits are rtmutex waits).
     pub holder_kinds: u32,
@@ -44,8 +49,8 @@ impl KernelOffsets {
     /// only stays unnamed (its locks show as addresses), said in `missing`.
     pub fn from_btf(btf: &KernelBtf) -> anyhow::Result<Self> {
         use lockscope_common::{
-            HOLDER_MUTEX, HOLDER_RTMUTEX, HOLDER_RWSEM, NAME_MMAP_LOCK, NAME_PI_LOCK, NAME_RQ_LOCK,
-            NAME_SIGLOCK,
+            HOLDER_MUTEX, HOLDER_RTMUTEX, HOLDER_RTMUTEX_PENDING, HOLDER_RWSEM, NAME_MMAP_LOCK,
+            NAME_PI_LOCK, NAME_RQ_LOCK, NAME_SIGLOCK,
         };
         let mut o = Self {
             task_tgid: btf.member_offset("task_struct", "tgid")?,
@@ -115,6 +120,12 @@ impl KernelOffsets {
                     *off = v;
                     o.holder_kinds |= kind;
                 }
+            }
+            if let Some((leftmost, entry, task)) = rtmutex_top_waiter(btf)
+                && o.holder_kinds & HOLDER_RTMUTEX != 0
+            {
+                (o.rtmutex_leftmost, o.rtwaiter_entry, o.rtwaiter_task) = (leftmost, entry, task);
+                o.holder_kinds |= HOLDER_RTMUTEX_PENDING;
             }
         }
         Ok(o)
@@ -521,6 +532,20 @@ pub const SLAB_SYSFS: &str = "/sys/kernel/slab";
 /// Only a cache listed under its own name as a directory is typed: SLUB lists a cache
 /// that other caches may be merged into (so whose name is not its objects' alone) as a
 /// link to a `:...` directory.
+/// Where an rtmutex keeps its top waiter's tree node (`rt_mutex_base.waiters.rb_leftmost`),
+/// and that node's place in its `rt_mutex_waiter` (`tree.entry`; before Linux 6.6
+/// `tree_entry`) and the waiter's `task`.
+fn rtmutex_top_waiter(btf: &KernelBtf) -> Option<(u32, u32, u32)> {
+    let leftmost = btf.member_offset("rt_mutex_base", "waiters").ok()?
+        + btf.member_offset("rb_root_cached", "rb_leftmost").ok()?;
+    let entry = match btf.member_offset("rt_mutex_waiter", "tree") {
+        Ok(tree) => tree + btf.member_offset("rt_waiter_node", "entry").ok()?,
+        Err(_) => btf.member_offset("rt_mutex_waiter", "tree_entry").ok()?,
+    };
+    let task = btf.member_offset("rt_mutex_waiter", "task").ok()?;
+    Some((leftmost, entry, task))
+}
+
 /// The offset of the lock inside an `rw_semaphore` that its waiters contend too, and
 /// whether it is PREEMPT_RT's rtmutex (`rwbase.rtmutex`) rather than the `wait_lock`
 /// spinlock.
