@@ -66,8 +66,8 @@ fn summary(l: &Value) -> String {
 
 /// Holders named for nearly all the wait (5% unknown at most for the mmap_lock, whose
 /// holders hold it for milliseconds; 20% for the pipe's mutex, released as many waits
-/// begin), the long holder blamed most, every owner a thread of the
-/// workload; the holder's kernel stack taken where the kernel has `bpf_task_from_pid`
+/// begin), the two holders of `mmap-holders` named, every owner a thread of the
+/// workload; the holders' kernel stacks taken where the kernel has `bpf_task_from_pid`
 /// (6.2+), and none where it has not.
 pub(super) fn check_holders(
     k: &GuestKernel,
@@ -78,7 +78,11 @@ pub(super) fn check_holders(
     let stacks = k.name != "6.1";
     if let Some(rec) = g.recording("holders.json", check) {
         let out = g.steps.get("holders").map(|s| s.1.as_str()).unwrap_or("");
-        let (pid, long) = (workload_value(out, "pid"), workload_value(out, "long_tid"));
+        let (pid, long, short) = (
+            workload_value(out, "pid"),
+            workload_value(out, "long_tid"),
+            workload_value(out, "short_tid"),
+        );
         let entry = busiest(&rec, |l| {
             // On PREEMPT_RT the waits are on the rwsem's rtmutex, `mmap_lock.rtmutex`.
             l["owner"]["field"]
@@ -104,22 +108,43 @@ pub(super) fn check_holders(
                     unknown as f64 <= 0.05 * total as f64,
                     format!("holders: holder unknown for {unknown} of {total} ns (<= 5%)"),
                 );
-                // The host's test asks 80% of the wait; under emulation the short
-                // holder's mprotect calls are slow too (54% and 64% for the long holder
-                // in the first runs): blamed most is what holds everywhere.
-                let top = &owners[0];
+                // Its two holders, by thread and name, hold it against nearly all the
+                // wait: others hold it briefly (the main thread starting them, lockscope
+                // reading the process's maps). How the wait splits between the two is the
+                // host test's (the long holder blamed for 80%): under emulation the short
+                // holder's mprotect calls are slow too, and either may be blamed more
+                // (54%, 64% and 48% for the long one in the first runs).
+                let two = |o: &&Value| {
+                    (o["tid"].as_u64() == long && o["comm"] == "holder-long")
+                        || (o["tid"].as_u64() == short && o["comm"] == "holder-short")
+                };
+                let theirs: u64 = owners
+                    .iter()
+                    .filter(two)
+                    .filter_map(|o| o["wait_total_ns"].as_u64())
+                    .sum();
+                let named: Vec<String> = owners
+                    .iter()
+                    .map(|o| format!("{}/{}", o["comm"].as_str().unwrap_or("?"), o["tid"]))
+                    .collect();
                 check(
-                    long.is_some() && top["tid"].as_u64() == long && top["comm"] == "holder-long",
+                    long.is_some()
+                        && owners.iter().any(|o| o["tid"].as_u64() == long)
+                        && theirs as f64 >= 0.9 * known as f64,
                     format!(
-                        "holders: holder-long (tid {long:?}) blamed most (top {}/{}: {} of {total} ns)",
-                        top["comm"], top["tid"], top["wait_total_ns"]
+                        "holders: holder-long {long:?} and holder-short {short:?} hold {theirs} \
+                         of the {known} ns whose holder is known (>= 90%; holders {named:?})"
                     ),
                 );
-                let frames = top["stack"].as_array().map_or(0, Vec::len);
+                let frames = owners
+                    .iter()
+                    .map(|o| o["stack"].as_array().map_or(0, Vec::len))
+                    .max()
+                    .unwrap_or(0);
                 check(
                     (frames > 0) == stacks,
                     format!(
-                        "holders: the holder's kernel stack {} ({frames} frames)",
+                        "holders: the holders' kernel stacks {} ({frames} frames at most)",
                         if stacks {
                             "taken"
                         } else {
@@ -270,12 +295,28 @@ mod tests {
             g.files.insert(file.into(), rec.to_string());
             fails(1, &g)
         };
-        // The short holder blamed most.
+        // The long holder missing (both entries the short one's), or not named so.
         let f = edit("holders.json", &|l| {
             l["owners"][0]["tid"] = 42.into();
             l["owners"][0]["comm"] = "holder-short".into();
         });
         assert!(f[0].starts_with("holders: holder-long"), "{f:?}");
+        let f = edit("holders.json", &|l| {
+            l["owners"][0]["comm"] = "lockscope".into()
+        });
+        assert!(f[0].starts_with("holders: holder-long"), "{f:?}");
+        // Another thread holding it briefly is fine.
+        let f = edit("holders.json", &|l| {
+            l["owners"][1]["comm"] = "lockscope".into();
+            l["owners"][1]["tid"] = 40.into();
+        });
+        assert_eq!(f, Vec::<String>::new());
+        // Either may be blamed more.
+        let f = edit("holders.json", &|l| {
+            l["owners"][0]["wait_total_ns"] = 90.into();
+            l["owners"][1]["wait_total_ns"] = 900.into();
+        });
+        assert_eq!(f, Vec::<String>::new());
         // Owners and unknown wait do not add up to the entry's wait.
         let f = edit("holders.json", &|l| l["owner_unknown_wait_ns"] = 0.into());
         assert!(f[0].starts_with("holders: owners 990"), "{f:?}");
