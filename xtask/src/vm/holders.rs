@@ -10,20 +10,37 @@ use super::GuestKernel;
 use super::log::GuestLog;
 use super::spin::workload_value;
 
-/// (owners, wait they account for, wait whose holder was unknown, total wait).
-fn split(entry: &Value) -> (Vec<Value>, u64, u64, u64) {
-    let owners = entry["owners"].as_array().cloned().unwrap_or_default();
+/// The holders of `step`'s entry `e`: shown, then checked to account for its wait with
+/// the unknown part, which is at most `most_unknown` of it. Gives (owners, wait whose
+/// holder is known).
+fn accounted(
+    step: &str,
+    e: &Value,
+    most_unknown: f64,
+    lines: &mut Vec<String>,
+    check: &mut impl FnMut(bool, String),
+) -> (Vec<Value>, u64) {
+    lines.push(format!("{step}: {}", summary(e)));
+    let owners = e["owners"].as_array().cloned().unwrap_or_default();
     let known = owners
         .iter()
         .filter_map(|o| o["wait_total_ns"].as_u64())
         .sum::<u64>()
-        + entry["owners_omitted_wait_ns"].as_u64().unwrap_or(0);
-    (
-        owners,
-        known,
-        entry["owner_unknown_wait_ns"].as_u64().unwrap_or(0),
-        entry["wait_total_ns"].as_u64().unwrap_or(0),
-    )
+        + e["owners_omitted_wait_ns"].as_u64().unwrap_or(0);
+    let unknown = e["owner_unknown_wait_ns"].as_u64().unwrap_or(0);
+    let total = e["wait_total_ns"].as_u64().unwrap_or(0);
+    check(
+        known + unknown == total && total > 0,
+        format!("{step}: owners {known} + unknown {unknown} == wait {total} ns"),
+    );
+    check(
+        unknown as f64 <= most_unknown * total as f64,
+        format!(
+            "{step}: holder unknown for {unknown} of {total} ns (<= {}%)",
+            most_unknown * 100.0
+        ),
+    );
+    (owners, known)
 }
 
 /// The entry of `rec` with the most wait among those `keep` accepts.
@@ -98,16 +115,7 @@ pub(super) fn check_holders(
                 format!("holders: an mmap_lock entry of pid {pid:?} with owners"),
             ),
             Some(e) => {
-                lines.push(format!("holders: {}", summary(e)));
-                let (owners, known, unknown, total) = split(e);
-                check(
-                    known + unknown == total && total > 0,
-                    format!("holders: owners {known} + unknown {unknown} == wait {total} ns"),
-                );
-                check(
-                    unknown as f64 <= 0.05 * total as f64,
-                    format!("holders: holder unknown for {unknown} of {total} ns (<= 5%)"),
-                );
+                let (owners, known) = accounted("holders", e, 0.05, lines, check);
                 // Its two holders, by thread and name, hold it against nearly all the
                 // wait: others hold it briefly (the main thread starting them, lockscope
                 // reading the process's maps). How the wait splits between the two is the
@@ -186,19 +194,10 @@ pub(super) fn check_holders(
                 format!("pipe-holders: a contended mutex of pid {pid:?}"),
             ),
             Some(e) => {
-                lines.push(format!("pipe-holders: {}", summary(e)));
-                let (owners, known, unknown, total) = split(e);
-                check(
-                    known + unknown == total && total > 0,
-                    format!("pipe-holders: owners {known} + unknown {unknown} == wait {total} ns"),
-                );
                 // On PREEMPT_RT (an rtmutex) a wait that begins while the lock is being
                 // handed over finds no owner: it is blamed on the top waiter. Without
                 // that, 99.8% of the wait here had no holder.
-                check(
-                    unknown as f64 <= 0.2 * total as f64,
-                    format!("pipe-holders: holder unknown for {unknown} of {total} ns (<= 20%)"),
-                );
+                let (owners, _) = accounted("pipe-holders", e, 0.2, lines, check);
                 let strangers: Vec<String> = owners
                     .iter()
                     .filter(|o| {
