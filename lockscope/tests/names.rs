@@ -24,7 +24,7 @@ fn the_busiest_dynamic_locks_of_a_mix_are_named() {
     let mut record = lockscope()
         .args(["record", "-a", "-d", "6", "-n", "0", "-o"])
         .arg(&file)
-        .stdout(Stdio::piped())
+        .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
