@@ -4,8 +4,8 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use lockscope_common::{
-    COUNTERS_LEN, ContentionKey, HolderKey, HolderStats, LockInfo, RwsemEventCounts, RwsemEventKey,
-    STACK_NOT_SAMPLED, flags_gen, flags_kind,
+    COUNTERS_LEN, ContentionKey, HolderKey, HolderStats, LCB_F_SPIN, LockInfo, RwsemEventCounts,
+    RwsemEventKey, STACK_NOT_SAMPLED, flags_gen, flags_kind,
 };
 
 pub use super::model::*;
@@ -444,12 +444,16 @@ pub fn build_locks_cached(
                 p.stats.total_ns,
                 holder_comm,
                 |k| {
-                    // Holder stacks are kept per kind, whatever the owner generation.
-                    let k = HolderKey {
-                        flags: flags_kind(k.flags),
-                        ..*k
-                    };
-                    holder_stacks.get(&k).cloned().unwrap_or_default()
+                    // Holder stacks are kept per kind, whatever the owner generation. A
+                    // mutex wait that spun and then slept took its holder's stack at its
+                    // first begin, a spinning one (`mutex-spin`), and is counted as the
+                    // sleeping one it became (`mutex`): either kind's stack will do.
+                    let kind = flags_kind(k.flags);
+                    [kind, kind ^ LCB_F_SPIN]
+                        .into_iter()
+                        .find_map(|flags| holder_stacks.get(&HolderKey { flags, ..*k }))
+                        .cloned()
+                        .unwrap_or_default()
                 },
             );
             LockEntry {
