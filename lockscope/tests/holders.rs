@@ -1,6 +1,7 @@
 //! Lock holders and names, against workloads that know them: who held a rwsem
-//! (`mmap-holders`), a kernel mutex (`pipe-mutex`) and a glibc mutex (`mutex-holders`)
-//! during each wait, by thread; a thread's `pi_lock` and each CPU's runqueue lock named.
+//! (`mmap-holders`), a kernel mutex (`fpos-holders`, `pipe-mutex`) and a glibc mutex
+//! (`mutex-holders`) during each wait, by thread; a thread's `pi_lock` and each CPU's
+//! runqueue lock named.
 
 mod common;
 
@@ -11,6 +12,27 @@ fn field(stdout: &str, key: &str) -> u64 {
         .lines()
         .find_map(|l| l.strip_prefix(key)?.trim().parse().ok())
         .unwrap_or_else(|| panic!("no {key} in:\n{stdout}"))
+}
+
+/// The holders of `entry` account for its wait with at most 5% unknown, and thread
+/// `long` (`holder-long`) is blamed for at least `share` of it: the owners, the long one
+/// first.
+fn long_holder_blamed(entry: &serde_json::Value, long: u64, share: f64) -> &Vec<serde_json::Value> {
+    let (owners, known, unknown, total) = holder_split(entry);
+    assert_eq!(known + unknown, total, "{entry}");
+    assert!(
+        unknown as f64 <= 0.05 * total as f64,
+        "holder unknown for {unknown} of {total} ns: {entry}"
+    );
+    let top = &owners[0];
+    assert_eq!(top["tid"].as_u64(), Some(long), "{entry}");
+    assert_eq!(top["comm"], "holder-long", "{entry}");
+    assert!(
+        top["wait_total_ns"].as_u64().unwrap() as f64 >= share * total as f64,
+        "the long holder holds only {} of {total} ns: {entry}",
+        top["wait_total_ns"]
+    );
+    owners
 }
 
 #[test]
@@ -28,22 +50,10 @@ fn the_long_holder_is_blamed_for_the_waits_of_the_other() {
         .find(|l| l["type"] == "rwsem:W")
         .unwrap_or_else(|| panic!("no rwsem:W mmap_lock entry for pid {pid}"));
     assert!(w["contended"].as_u64().unwrap() >= 20, "{w}");
-    let (owners, known, unknown, total) = holder_split(w);
     // Every nanosecond of wait is either some holder's or unknown.
-    assert_eq!(known + unknown, total, "{w}");
-    assert!(
-        unknown as f64 <= 0.05 * total as f64,
-        "holder unknown for {unknown} of {total} ns: {w}"
-    );
+    let owners = long_holder_blamed(w, long, 0.8);
     let top = &owners[0];
-    assert_eq!(top["tid"].as_u64(), Some(long), "{w}");
     assert_eq!(top["pid"].as_u64(), Some(pid), "{w}");
-    assert_eq!(top["comm"], "holder-long", "{w}");
-    assert!(
-        top["wait_total_ns"].as_u64().unwrap() as f64 >= 0.8 * total as f64,
-        "the long holder holds only {} of {total} ns: {w}",
-        top["wait_total_ns"]
-    );
     // Its kernel stack, taken when a wait first found it holding (Linux 6.2+): inside
     // the mprotect that holds the lock for write.
     let stack: Vec<&str> = top["stack"]
@@ -95,6 +105,56 @@ fn the_long_holder_is_blamed_for_the_waits_of_the_other() {
     )
     .into_owned();
     assert!(csv.starts_with("holder,type,addr,contended"), "{csv}");
+}
+
+/// A kernel mutex with a long and a short holder: a file's position lock, held by each
+/// `write(2)` through the file description the two threads share.
+#[test]
+fn a_kernel_mutexs_long_holder_is_blamed_for_the_waits_of_the_other() {
+    let _serial = serial();
+    let (stdout, rec, _) = record_workload_file(
+        "fpos-holders",
+        &["fpos-holders", "--seconds", "2", "--one-cpu"],
+    );
+    let (pid, long, short) = (
+        field(&stdout, "pid:"),
+        field(&stdout, "long_tid:"),
+        field(&stdout, "short_tid:"),
+    );
+    // The sleeping waits (a waiter on the holder's CPU cannot spin on it).
+    let m = rec["locks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|l| {
+            l["type"] == "mutex"
+                && l["tasks"]
+                    .as_array()
+                    .is_some_and(|t| t.iter().any(|t| t["pid"].as_u64() == Some(pid)))
+        })
+        .max_by_key(|l| l["wait_total_ns"].as_u64())
+        .unwrap_or_else(|| panic!("no mutex entry of pid {pid}"));
+    if has_kmem_cache_kfunc() {
+        assert_eq!(m["name"], "&filp f_pos_lock", "{m}");
+    }
+    assert!(m["contended"].as_u64().unwrap() >= 20, "{m}");
+    let owners = long_holder_blamed(m, long, 0.8);
+    let top = &owners[0];
+    if let Some(s) = owners.iter().find(|o| o["tid"].as_u64() == Some(short)) {
+        assert_eq!(s["comm"], "holder-short", "{m}");
+    }
+    // Its stack, inside the write that holds the lock. A mutex wait spins before it
+    // sleeps: the stack taken at its first begin is the sleeping wait's too.
+    if kallsyms_has("bpf_task_from_pid") {
+        let stack: Vec<&str> = top["stack"]
+            .as_array()
+            .map(|s| s.iter().map(|f| f.as_str().unwrap()).collect())
+            .unwrap_or_default();
+        assert!(
+            stack.iter().any(|f| f.starts_with("vfs_write+")),
+            "holder-long's stack: {stack:?}"
+        );
+    }
 }
 
 #[test]
@@ -281,21 +341,8 @@ fn a_glibc_mutex_is_blamed_on_its_long_holder() {
         .unwrap_or_else(|| panic!("no entry for {lock}"));
     assert_eq!(m["type"], "pthread-mutex", "{m}");
     assert!(m["contended"].as_u64().unwrap() >= 20, "{m}");
-    let (owners, known, unknown, total) = holder_split(m);
-    assert_eq!(known + unknown, total, "{m}");
-    assert!(
-        unknown as f64 <= 0.05 * total as f64,
-        "holder unknown for {unknown} of {total} ns: {m}"
-    );
-    let top = &owners[0];
-    assert_eq!(top["tid"].as_u64(), Some(long), "{m}");
-    assert_eq!(top["pid"].as_u64(), Some(pid), "{m}");
-    assert_eq!(top["comm"], "holder-long", "{m}");
-    assert!(
-        top["wait_total_ns"].as_u64().unwrap() as f64 >= 0.9 * total as f64,
-        "the long holder holds only {} of {total} ns: {m}",
-        top["wait_total_ns"]
-    );
+    let owners = long_holder_blamed(m, long, 0.9);
+    assert_eq!(owners[0]["pid"].as_u64(), Some(pid), "{m}");
     for o in owners {
         assert!(
             [long, short].contains(&o["tid"].as_u64().unwrap()),

@@ -45,17 +45,8 @@ pub fn run(args: &FileWriteArgs) -> anyhow::Result<()> {
         bail!("--chunk must be 1 byte to 16 MiB, got {}", args.chunk);
     }
     let _signals = sys::StopSignals::install()?;
-    let path = args
-        .dir
-        .join(format!("lockscope-file-write.{}", std::process::id()));
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create_new(true)
-        .open(&path)
-        .with_context(|| format!("creating {}", path.display()))?;
     // Gone from the directory at once; the open file lives until the end.
-    let _ = std::fs::remove_file(&path);
+    let file = sys::unlinked_file(&args.dir, "file-write")?;
     let inode = file.metadata().context("fstat")?.ino();
     let file = Arc::new(file);
     let stop = Arc::new(AtomicBool::new(false));

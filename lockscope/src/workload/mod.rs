@@ -14,6 +14,7 @@
 mod churn;
 mod fault;
 mod file_write;
+mod fpos;
 mod futex_mutex;
 mod futex_rwlock;
 mod futex_sys;
@@ -31,6 +32,7 @@ mod timed_wait;
 pub use churn::MmapChurnArgs;
 pub use fault::MmapFaultArgs;
 pub use file_write::FileWriteArgs;
+pub use fpos::FposHoldersArgs;
 pub use futex_mutex::FutexMutexArgs;
 pub use futex_rwlock::FutexRwlockArgs;
 pub use handoff::MmapHandoffArgs;
@@ -183,6 +185,16 @@ pub enum Workload {
     /// pipe-reader threads as its holders. Prints the thread ids and bytes moved.
     #[command(verbatim_doc_comment)]
     PipeMutex(PipeMutexArgs),
+    /// Two writers through one open file, one holding its position lock long, one
+    /// briefly: every wait's holder on a kernel mutex is known.
+    ///
+    /// write(2) through a file description that another thread can use holds the
+    /// file's f_pos_lock (a mutex) for the whole call: holder-long writes a large
+    /// buffer and seeks back, holder-short writes one byte. `lockscope report --by
+    /// owner` of a recording names holder-long for most of the wait. Prints both
+    /// thread ids and their operation counts.
+    #[command(verbatim_doc_comment)]
+    FposHolders(FposHoldersArgs),
     /// Threads writing one file: waits on its inode's lock (`i_rwsem`), whose inode
     /// number the workload prints.
     ///
@@ -237,6 +249,7 @@ pub fn run(w: &Workload) -> anyhow::Result<()> {
         Workload::PtraceStorm(args) => ptrace_storm::run(args),
         Workload::MmapHolders(args) => holders::run(args),
         Workload::PipeMutex(args) => pipe::run(args),
+        Workload::FposHolders(args) => fpos::run(args),
         Workload::FileWrite(args) => file_write::run(args),
         Workload::MutexHolders(args) => mutex_holders::run(args),
         Workload::SyscallLoop(args) => syscall_loop::run(args),

@@ -9,6 +9,19 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 
 /// Size of a base page in bytes.
+/// A new file of this workload's in `dir`, already removed from it: it lives while open.
+pub fn unlinked_file(dir: &std::path::Path, workload: &str) -> anyhow::Result<std::fs::File> {
+    let path = dir.join(format!("lockscope-{workload}.{}", std::process::id()));
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .open(&path)
+        .with_context(|| format!("creating {}", path.display()))?;
+    let _ = std::fs::remove_file(&path);
+    Ok(file)
+}
+
 pub fn page_size() -> usize {
     // SAFETY: sysconf has no memory-safety preconditions.
     let n = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
