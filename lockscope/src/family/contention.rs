@@ -153,7 +153,10 @@ impl Family for Contention {
         }
         cx.notes
             .extend(self.naming.missing.iter().map(|m| format!("btf: {m}")));
-        self.lock_types = Arc::new(lock_types(cx.kbtf, Path::new(SLAB_SYSFS)));
+        self.lock_types = Arc::new(LockTypes {
+            rwsem_rtmutex: cx.offsets.rwsem_rtmutex,
+            ..lock_types(cx.kbtf, Path::new(SLAB_SYSFS))
+        });
         Ok(())
     }
 

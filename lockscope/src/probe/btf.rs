@@ -28,6 +28,8 @@ pub struct KernelOffsets {
     pub mutex_owner: u32,
     pub rwsem_owner: u32,
     pub rtmutex_owner: u32,
+    /// The lock at `rwsem_wait_lock` is PREEMPT_RT's `rwbase.rtmutex`, not a spinlock.
+    pub rwsem_rtmutex: bool,
     /// `rt_mutex_base.waiters.rb_leftmost`, `rt_mutex_waiter`'s tree node and `task`
     /// (`HOLDER_RTMUTEX_PENDING`).
     pub rtmutex_leftmost: u32,
@@ -60,9 +62,11 @@ impl KernelOffsets {
             // `wait_lock`, or on PREEMPT_RT (no `wait_lock`: the rwsem wraps an rtmutex,
             // which its writers and slow readers queue on) `rwbase.rtmutex`; 0 never
             // matches (offset 0 is the rwsem itself, named first).
-            rwsem_wait_lock: rwsem_inner_lock(btf).map_or(0, |(off, _)| off),
             ..Default::default()
         };
+        if let Some((off, rt)) = rwsem_inner_lock(btf) {
+            (o.rwsem_wait_lock, o.rwsem_rtmutex) = (off, rt);
+        }
         let pair = |a: (&str, &str), b: (&str, &str)| -> anyhow::Result<(u32, u32)> {
             Ok((btf.member_offset(a.0, a.1)?, btf.member_offset(b.0, b.1)?))
         };
@@ -528,10 +532,6 @@ impl KernelBtf {
 /// Where the kernel lists its slab caches (SLUB's sysfs).
 pub const SLAB_SYSFS: &str = "/sys/kernel/slab";
 
-/// The types of slab caches' objects and of the objects `CALLER_TYPES`' functions lock.
-/// Only a cache listed under its own name as a directory is typed: SLUB lists a cache
-/// that other caches may be merged into (so whose name is not its objects' alone) as a
-/// link to a `:...` directory.
 /// Where an rtmutex keeps its top waiter's tree node (`rt_mutex_base.waiters.rb_leftmost`),
 /// and that node's place in its `rt_mutex_waiter` (`tree.entry`; before Linux 6.6
 /// `tree_entry`) and the waiter's `task`.
@@ -549,7 +549,7 @@ fn rtmutex_top_waiter(btf: &KernelBtf) -> Option<(u32, u32, u32)> {
 /// The offset of the lock inside an `rw_semaphore` that its waiters contend too, and
 /// whether it is PREEMPT_RT's rtmutex (`rwbase.rtmutex`) rather than the `wait_lock`
 /// spinlock.
-pub fn rwsem_inner_lock(btf: &KernelBtf) -> Option<(u32, bool)> {
+fn rwsem_inner_lock(btf: &KernelBtf) -> Option<(u32, bool)> {
     if let Ok(off) = btf.member_offset("rw_semaphore", "wait_lock") {
         return Some((off, false));
     }
@@ -558,6 +558,10 @@ pub fn rwsem_inner_lock(btf: &KernelBtf) -> Option<(u32, bool)> {
     Some((base + rtmutex, true))
 }
 
+/// The types of slab caches' objects and of the objects `CALLER_TYPES`' functions lock.
+/// Only a cache listed under its own name as a directory is typed: SLUB lists a cache
+/// that other caches may be merged into (so whose name is not its objects' alone) as a
+/// link to a `:...` directory.
 pub fn lock_types(btf: &KernelBtf, slab_dir: &Path) -> crate::decode::place::LockTypes {
     use crate::decode::place::{CACHE_TYPES, CALLER_TYPES, LockTypes, ObjectType};
     let object = |ty: &str| {
@@ -567,10 +571,7 @@ pub fn lock_types(btf: &KernelBtf, slab_dir: &Path) -> crate::decode::place::Loc
             ident,
         })
     };
-    let mut types = LockTypes {
-        rwsem_rtmutex: rwsem_inner_lock(btf).is_some_and(|(_, rt)| rt),
-        ..LockTypes::default()
-    };
+    let mut types = LockTypes::default();
     let mut shared: HashMap<std::path::PathBuf, Vec<String>> = HashMap::new();
     for entry in std::fs::read_dir(slab_dir).into_iter().flatten().flatten() {
         let Ok(name) = entry.file_name().into_string() else {

@@ -48,10 +48,7 @@ pub fn run(args: &FposHoldersArgs) -> anyhow::Result<()> {
     let file = sys::unlinked_file(&args.dir, "fpos-holders")?;
     if args.one_cpu {
         // The holders are spawned from here: they inherit the affinity.
-        let cpu = *sys::allowed_cpus()
-            .first()
-            .context("no CPU allowed to this process")?;
-        sys::pin_current_thread(cpu)?;
+        sys::pin_to_one_cpu()?;
     }
     let file = Arc::new(file);
     let long = vec![7u8; args.write_mib << 20];

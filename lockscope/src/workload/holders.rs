@@ -66,10 +66,7 @@ pub fn run(args: &MmapHoldersArgs) -> anyhow::Result<()> {
     unsafe { std::ptr::write_bytes(long.as_ptr(), 1, long_len) };
     if args.one_cpu {
         // The holders are spawned from here: they inherit the affinity.
-        let cpu = *sys::allowed_cpus()
-            .first()
-            .context("no CPU allowed to this process")?;
-        sys::pin_current_thread(cpu)?;
+        sys::pin_to_one_cpu()?;
     }
     let short = Arc::new(sys::Mapping::anonymous(page)?);
     // SAFETY: as above.

@@ -61,6 +61,14 @@ pub fn cpu_for(index: usize, cpus: &[usize]) -> Option<usize> {
 }
 
 /// Pins the calling thread to `cpu`.
+/// Pin the calling thread to the first CPU it may run on; threads it spawns inherit it.
+pub fn pin_to_one_cpu() -> anyhow::Result<()> {
+    let cpu = *allowed_cpus()
+        .first()
+        .context("no CPU allowed to this process")?;
+    pin_current_thread(cpu)
+}
+
 pub fn pin_current_thread(cpu: usize) -> anyhow::Result<()> {
     if cpu >= libc::CPU_SETSIZE as usize {
         bail!("cpu {cpu} is beyond CPU_SETSIZE");

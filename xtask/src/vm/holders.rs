@@ -116,6 +116,15 @@ pub(super) fn check_holders(
             ),
             Some(e) => {
                 let (owners, known) = accounted("holders", e, 0.05, lines, check);
+                if k.rt {
+                    check(
+                        e["owner"]["field"] == "mmap_lock.rtmutex",
+                        format!(
+                            "holders: PREEMPT_RT: the waits are on mmap_lock.rtmutex (got {})",
+                            e["owner"]["field"]
+                        ),
+                    );
+                }
                 // Its two holders, by thread and name, hold it against nearly all the
                 // wait: others hold it briefly (the main thread starting them, lockscope
                 // reading the process's maps). How the wait splits between the two is the
@@ -282,7 +291,16 @@ mod tests {
         assert_eq!(fails(0, &guest(0)), Vec::<String>::new());
         assert_eq!(fails(0, &guest(3)).len(), 1);
         assert_eq!(fails(1, &guest(0)).len(), 1);
-        assert_eq!(fails(2, &guest(3)), Vec::<String>::new());
+        // PREEMPT_RT: the mmap_lock's waits are on its rtmutex.
+        assert_eq!(
+            fails(2, &guest(3)),
+            ["holders: PREEMPT_RT: the waits are on mmap_lock.rtmutex (got \"mmap_lock\")"]
+        );
+        let mut g = guest(3);
+        let mut rec: Value = serde_json::from_str(&g.files["holders.json"]).unwrap();
+        rec["locks"][0]["owner"]["field"] = "mmap_lock.rtmutex".into();
+        g.files.insert("holders.json".into(), rec.to_string());
+        assert_eq!(fails(2, &g), Vec::<String>::new());
     }
 
     #[test]
