@@ -560,7 +560,10 @@ fn futex_calls_cut_off_by_thread_death_are_counted_as_lost() {
     let _serial = serial();
     let dir = scratch("futex-cut-off");
     let file = dir.join("futex.json");
-    // 32 threads on one futex mutex, killed after a second: most are inside a wait.
+    // 32 threads on one futex mutex, killed after a second. Holds are long (`--load
+    // 200000`, about a millisecond), so all but the holder are inside a wait when the kill
+    // comes; with short holds most threads are runnable, not waiting, and a kill could
+    // find none in a wait (seen: 0 to 26 of 32 with `--load 300`).
     // `--foreground`: timeout waits for the killed workload to be gone; without it,
     // timeout kills its own process group, itself included, and the recording may stop
     // while the workload's threads are still dying (their calls then in progress).
@@ -577,7 +580,7 @@ fn futex_calls_cut_off_by_thread_death_are_counted_as_lost() {
             "--seconds",
             "10",
             "--load",
-            "300",
+            "200000",
         ])
         .output()
         .expect("spawn");
@@ -586,8 +589,8 @@ fn futex_calls_cut_off_by_thread_death_are_counted_as_lost() {
     let evicted = rec["lost"]["futex_calls_evicted"].as_u64().unwrap();
     let lost = |k: &str| rec["lost"][k].as_u64().unwrap_or(0);
     let f = &rec["futex_events"];
-    // At most one call per thread; at least one thread was waiting when killed.
-    assert!((1..=32).contains(&evicted), "{f} {:#}", rec["lost"]);
+    // At most one call per thread; most threads were waiting when killed.
+    assert!((16..=32).contains(&evicted), "{f} {:#}", rec["lost"]);
     assert_eq!(f["in_progress_at_end"].as_u64().unwrap(), 0, "{f}");
     assert_eq!(
         f["enter"].as_u64().unwrap(),
