@@ -407,6 +407,69 @@ pub const fn futex_timed(class: u32) -> bool {
     )
 }
 
+/// Slots of the per-CPU `FUTEX_HOT` array (a power of two).
+pub const FUTEX_HOT_SLOTS: u32 = 64;
+
+/// The wake-class calls of one (tgid, uaddr, command) on one CPU, counted in a per-CPU
+/// array slot instead of `FUTEX_STATS`: a wake that does not block is the most common
+/// futex call, and a hash lookup was most of its cost. The slot is found from the key
+/// ([`futex_hot_slot`]); when another key needs it, its counts move to `FUTEX_STATS`
+/// ([`FutexHot::fold_into`]) with `seq` odd meanwhile, so that a reader can tell a read
+/// of the slot and of the hash that a move fell between. `calls == 0`: the slot is free.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FutexHot {
+    pub uaddr: u64,
+    pub tgid: u32,
+    /// The command slot (`FUTEX_WAKE`, `FUTEX_WAKE_BITSET`, `FUTEX_WAKE_OP`, `FUTEX2_WAKE`).
+    pub cmd: u32,
+    /// Even at rest, odd while the counts move to `FUTEX_STATS`.
+    pub seq: u64,
+    pub calls: u64,
+    pub shared_calls: u64,
+    /// Tasks woken (the calls' return values).
+    pub woken: u64,
+    /// Calls that failed.
+    pub errors: u64,
+    pub _pad: u64,
+}
+assert_size!(FutexHot, 64);
+
+impl FutexHot {
+    /// The key its counts belong to.
+    #[inline(always)]
+    pub const fn key(&self) -> FutexKey {
+        FutexKey {
+            uaddr: self.uaddr,
+            tgid: self.tgid,
+            _pad: 0,
+        }
+    }
+
+    /// Add its counts to a `FUTEX_STATS` value of the same key.
+    #[inline(always)]
+    pub fn fold_into(&self, s: &mut FutexStats) {
+        let cmd = self.cmd as usize;
+        if cmd < FUTEX_CMD_SLOTS {
+            s.calls[cmd] += self.calls;
+        }
+        s.shared_calls += self.shared_calls;
+        s.woken += self.woken;
+        s.errors += self.errors;
+    }
+}
+
+/// The `FUTEX_HOT` slot of a key: a multiplicative hash of the word's address (futex
+/// words are at least 4-byte aligned) and the process. The shifted XOR first: a
+/// multiplication alone puts words a power of two apart (one per cache line, say) into
+/// a few slots.
+#[inline(always)]
+pub const fn futex_hot_slot(tgid: u32, uaddr: u64) -> u32 {
+    let x = (uaddr >> 2) ^ ((tgid as u64) << 32);
+    let h = (x ^ (x >> 7)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    ((h >> 58) as u32) & (FUTEX_HOT_SLOTS - 1)
+}
+
 pub const FUTEX_STATS_MAX_ENTRIES: u32 = 16384;
 /// Memory the loader lets `FUTEX_STATS` take (it is per-CPU and preallocated): on many
 /// CPUs it holds fewer entries, and a full map is counted (`futex_stats_map_full`).
@@ -436,10 +499,49 @@ mod pod {
     unsafe impl aya::Pod for FutexStats {}
     // SAFETY: repr(C) integers and arrays of them with explicit padding fields: every bit pattern is a value.
     unsafe impl aya::Pod for FutexCall {}
+    // SAFETY: repr(C) integers with an explicit padding field: every bit pattern is a value.
+    unsafe impl aya::Pod for FutexHot {}
 }
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn hot_slots_spread_words_one_cache_line_apart() {
+        // 64 words 4 bytes to a page apart (64: one per cache line, as `workload
+        // futex-mutex --locks 64` lays them out), in one process: spread at least as a
+        // random slot would (about 40 of 64 slots used).
+        for stride in [4, 8, 16, 64, 128, 4096] {
+            let mut used = [false; FUTEX_HOT_SLOTS as usize];
+            for i in 0..64u64 {
+                used[futex_hot_slot(4242, 0x7f00_0000_1000 + stride * i) as usize] = true;
+            }
+            let n = used.iter().filter(|&&u| u).count();
+            assert!(n >= 38, "stride {stride}: {n} slots");
+        }
+        // The same word in another process lands elsewhere (here).
+        assert_ne!(
+            futex_hot_slot(1, 0x7f00_0000_1000),
+            futex_hot_slot(2, 0x7f00_0000_1000)
+        );
+    }
+
+    #[test]
+    fn a_hot_slot_folds_into_its_command() {
+        let h = FutexHot {
+            cmd: FUTEX2_WAKE,
+            calls: 3,
+            shared_calls: 1,
+            woken: 2,
+            errors: 1,
+            ..Default::default()
+        };
+        let mut s = FutexStats::EMPTY;
+        h.fold_into(&mut s);
+        h.fold_into(&mut s);
+        assert_eq!(s.calls[FUTEX2_WAKE as usize], 6);
+        assert_eq!((s.shared_calls, s.woken, s.errors), (2, 4, 2));
+    }
+
     use super::*;
 
     #[test]

@@ -125,6 +125,7 @@ impl Session {
                 .futex
                 .pthread
                 .forget(&gone.iter().copied().collect::<Vec<_>>());
+            self.families.futex.forget_hot(&raw.futex.hot, &gone);
         }
         let ebpf = self.probes.ebpf();
         let mut forgotten = self.forgotten.get();

@@ -46,6 +46,11 @@ use crate::maps::{CONFIG, TaskStorage, current_is_target, current_process_comm};
 static FUTEX_STATS: LruPerCpuHashMap<FutexKey, FutexStats> =
     LruPerCpuHashMap::with_max_entries(FUTEX_STATS_MAX_ENTRIES, 0);
 
+/// Wake-class calls that do not block, per CPU, by the slot of their (tgid, uaddr,
+/// command): see [`FutexHot`]. Userspace adds them to `FUTEX_STATS`.
+#[map]
+static FUTEX_HOT: PerCpuArray<FutexHot> = PerCpuArray::with_max_entries(FUTEX_HOT_SLOTS, 0);
+
 /// The call in progress of each thread (`ts_ns == 0`: none), in the thread's own storage:
 /// freed with the thread, so a call whose exit never comes (the thread died in it) holds
 /// nothing. Userspace counts the calls in flight with [`futex_task_iter`].
@@ -268,11 +273,15 @@ fn on_stateless_exit(uaddr: u64, cmd: u32, op: u32, shared: bool, ret: i64) {
         return;
     }
     fcount(FCNT_STATELESS);
+    let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
+    if futex_class(cmd) == FUTEX_CLASS_WAKE && hot_account(tgid, uaddr, cmd, shared, ret) {
+        return;
+    }
     let call = FutexCall {
         ts_ns: UNTIMED_TS,
         uaddr,
         waiters: 0,
-        tgid: (bpf_get_current_pid_tgid() >> 32) as u32,
+        tgid,
         cmd,
         op,
         nr: 0,
@@ -282,6 +291,88 @@ fn on_stateless_exit(uaddr: u64, cmd: u32, op: u32, shared: bool, ret: i64) {
         restarts: 0,
     };
     account(&call, ret, UNTIMED_TS, false);
+}
+
+/// Wake-class calls counted per CPU, in the slot of their key (see [`FutexHot`]): no
+/// hash lookup while the key keeps its slot. False if the slot could not be had.
+#[cfg_attr(not(bpf_target_arch = "x86_64"), allow(dead_code))]
+#[inline(always)]
+fn hot_account(tgid: u32, uaddr: u64, cmd: u32, shared: bool, ret: i64) -> bool {
+    let Some(h) = FUTEX_HOT.get_ptr_mut(futex_hot_slot(tgid, uaddr)) else {
+        return false;
+    };
+    // SAFETY: a live map value (per-CPU: this CPU's), used before the program returns,
+    // not aliased (programs of one CPU do not nest).
+    let h = unsafe { &mut *h };
+    if h.calls == 0 || h.uaddr != uaddr || h.tgid != tgid || h.cmd != cmd {
+        if h.calls != 0 && !hot_evict(h) {
+            return false;
+        }
+        // The slot's first call of this key: its process's name, as a new entry of
+        // `FUTEX_STATS` remembers it (the move that creates that entry is not this
+        // process's call).
+        remember_comm(tgid);
+        h.uaddr = uaddr;
+        h.tgid = tgid;
+        h.cmd = cmd;
+    }
+    h.calls += 1;
+    if shared {
+        h.shared_calls += 1;
+    }
+    if ret < 0 {
+        h.errors += 1;
+    } else {
+        h.woken += ret as u64;
+    }
+    true
+}
+
+/// Move a slot's counts to its key's `FUTEX_STATS` entry and free it, `seq` odd
+/// meanwhile. False (the slot untouched) if the entry could not be had.
+#[cfg_attr(not(bpf_target_arch = "x86_64"), allow(dead_code))]
+#[inline(never)]
+fn hot_evict(h: &mut FutexHot) -> bool {
+    let Some(s) = stats_entry(h.key()) else {
+        return false;
+    };
+    h.seq += 1;
+    // SAFETY: a live map value (per-CPU: this CPU's), used before the program returns, not aliased.
+    h.fold_into(unsafe { &mut *s });
+    h.calls = 0;
+    h.shared_calls = 0;
+    h.woken = 0;
+    h.errors = 0;
+    h.seq += 1;
+    true
+}
+
+/// The `FUTEX_STATS` entry of `key` (this CPU's), created if new (counted).
+#[inline(always)]
+fn stats_entry(key: FutexKey) -> Option<*mut FutexStats> {
+    if let Some(s) = FUTEX_STATS.get_ptr_mut(key) {
+        return Some(s);
+    }
+    // By reference: a copy of the value would not fit the 512-byte BPF stack.
+    #[allow(clippy::needless_borrows_for_generic_args)]
+    if FUTEX_STATS
+        .insert(key, &EMPTY_FUTEX_STATS, BPF_NOEXIST as u64)
+        .is_ok()
+    {
+        fcount(FCNT_STATS_CREATED);
+    }
+    FUTEX_STATS.get_ptr_mut(key)
+}
+
+/// Remember the current process's name (and cgroup) under `tgid` if not yet known.
+#[inline(always)]
+fn remember_comm(tgid: u32) {
+    // SAFETY: a map value, only read, before the program returns.
+    if unsafe { FUTEX_COMMS.get(tgid) }.is_none() {
+        let cfg = CONFIG.load();
+        let _ = FUTEX_COMMS.insert(tgid, current_process_comm(&cfg), 0);
+        crate::maps::remember_cgroup(tgid);
+    }
 }
 
 /// `restart_syscall` continues a timed futex wait that a signal interrupted.
@@ -505,24 +596,13 @@ fn account(call: &FutexCall, ret: i64, now: u64, unpaired: bool) {
         tgid: call.tgid,
         _pad: 0,
     };
-    let mut stats = FUTEX_STATS.get_ptr_mut(key);
-    if stats.is_none() {
-        // By reference: a copy of the value would not fit the 512-byte BPF stack.
-        #[allow(clippy::needless_borrows_for_generic_args)]
-        if FUTEX_STATS
-            .insert(key, &EMPTY_FUTEX_STATS, BPF_NOEXIST as u64)
-            .is_ok()
-        {
-            fcount(FCNT_STATS_CREATED);
+    let stats = match FUTEX_STATS.get_ptr_mut(key) {
+        Some(s) => Some(s),
+        None => {
+            remember_comm(call.tgid);
+            stats_entry(key)
         }
-        stats = FUTEX_STATS.get_ptr_mut(key);
-        // SAFETY: a map value, only read, before the program returns.
-        if unsafe { FUTEX_COMMS.get(call.tgid) }.is_none() {
-            let cfg = CONFIG.load();
-            let _ = FUTEX_COMMS.insert(call.tgid, current_process_comm(&cfg), 0);
-            crate::maps::remember_cgroup(call.tgid);
-        }
-    }
+    };
     let Some(s) = stats else {
         fcount(FCNT_LOST_STATS_FULL);
         return;

@@ -1,7 +1,7 @@
 //! User-space locks in the recording: one entry per futex word (process, address), built
 //! from the futex probes' per-CPU aggregates. Pure.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use lockscope_common::*;
 use serde::{Deserialize, Serialize};
@@ -31,6 +31,90 @@ pub struct FutexSnapshot {
     pub types: Option<Vec<LockType>>,
     /// pthread attribution: call sites per futex word (empty without libc uprobes).
     pub pthread: PthreadSnapshot,
+    /// Entries of `stats` that came from `FUTEX_HOT` slots alone (not in `FUTEX_STATS`).
+    pub hot_only: usize,
+    /// `FUTEX_HOT` as read (already added to `stats`).
+    pub hot: HotSlots,
+}
+
+/// `FUTEX_HOT` as read: per slot, its value on each CPU.
+pub type HotSlots = Vec<Vec<FutexHot>>;
+
+/// Did no slot move its counts to `FUTEX_STATS` between two reads of `FUTEX_HOT` (one
+/// before and one after the read of `FUTEX_STATS`)? Then the later read and the hash
+/// read between them count every call once.
+pub fn hot_reads_agree(before: &HotSlots, after: &HotSlots) -> bool {
+    before.len() == after.len()
+        && before.iter().zip(after).all(|(a, b)| {
+            a.len() == b.len()
+                && a.iter()
+                    .zip(b)
+                    .all(|(x, y)| x.seq == y.seq && x.seq % 2 == 0)
+        })
+}
+
+/// What forgotten processes left in `FUTEX_HOT` slots, by (slot, CPU): a slot keeps a
+/// gone process's counts until another key takes it, and those must not come back.
+pub type HotForgotten = HashMap<(usize, usize), FutexHot>;
+
+/// Remember the slots of processes that are forgotten now (`hot` as last read).
+pub fn forget_hot(hot: &HotSlots, gone: &HashSet<u32>, forgotten: &mut HotForgotten) {
+    for (i, cpus) in hot.iter().enumerate() {
+        for (c, h) in cpus.iter().enumerate() {
+            if h.calls != 0 && gone.contains(&h.tgid) {
+                forgotten.insert((i, c), *h);
+            }
+        }
+    }
+}
+
+/// Add the calls counted in `FUTEX_HOT` slots to the entries of `FUTEX_STATS`; keys
+/// found only in slots become entries. A slot that still holds what a forgotten process
+/// left adds only what came since (nothing, unless its process ID was reused); one that
+/// moved on is no longer remembered. Returns how many entries the slots made.
+pub fn merge_hot(
+    stats: &mut Vec<(FutexKey, FutexTotals)>,
+    hot: &HotSlots,
+    forgotten: &mut HotForgotten,
+) -> usize {
+    let same = |h: &FutexHot, b: &FutexHot| {
+        h.calls != 0 && h.key() == b.key() && h.cmd == b.cmd && h.seq == b.seq
+    };
+    forgotten.retain(|&(i, c), b| {
+        hot.get(i)
+            .and_then(|cpus| cpus.get(c))
+            .is_some_and(|h| same(h, b))
+    });
+    let mut index: HashMap<FutexKey, usize> = stats
+        .iter()
+        .enumerate()
+        .map(|(i, (k, _))| (*k, i))
+        .collect();
+    let mut added = 0;
+    for (i, cpus) in hot.iter().enumerate() {
+        for (c, h) in cpus.iter().enumerate() {
+            let h = match forgotten.get(&(i, c)) {
+                Some(b) => FutexHot {
+                    calls: h.calls.saturating_sub(b.calls),
+                    shared_calls: h.shared_calls.saturating_sub(b.shared_calls),
+                    woken: h.woken.saturating_sub(b.woken),
+                    errors: h.errors.saturating_sub(b.errors),
+                    ..*h
+                },
+                None => *h,
+            };
+            if h.calls == 0 {
+                continue;
+            }
+            let e = *index.entry(h.key()).or_insert_with(|| {
+                stats.push((h.key(), FutexTotals::merge_cpus([])));
+                added += 1;
+                stats.len() - 1
+            });
+            h.fold_into(&mut stats[e].1.counts);
+        }
+    }
+    added
 }
 
 /// One (tgid, uaddr) entry summed over CPUs.
@@ -253,7 +337,10 @@ pub fn futex_lost(s: &FutexSnapshot) -> BTreeMap<String, u64> {
     );
     lost.insert(
         "futex_stats_evicted".to_owned(),
-        super::recording::evicted(s.counters[FCNT_STATS_CREATED as usize], s.stats.len()),
+        super::recording::evicted(
+            s.counters[FCNT_STATS_CREATED as usize],
+            s.stats.len().saturating_sub(s.hot_only),
+        ),
     );
     if s.pthread.active {
         lost.extend(pthread_lost(&s.pthread));
@@ -416,6 +503,103 @@ mod tests {
         let mut s = FutexStats::EMPTY;
         f(&mut s);
         s
+    }
+
+    fn hot(tgid: u32, uaddr: u64, calls: u64, woken: u64) -> FutexHot {
+        FutexHot {
+            uaddr,
+            tgid,
+            cmd: FUTEX_WAKE,
+            calls,
+            woken,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn hot_slots_add_to_their_keys_entries_and_make_the_missing_ones() {
+        let k = |tgid, uaddr| FutexKey {
+            uaddr,
+            tgid,
+            _pad: 0,
+        };
+        let mut entries = vec![(
+            k(7, 0x1000),
+            FutexTotals::merge_cpus([&stats(|s| {
+                s.calls[FUTEX_WAKE as usize] = 10;
+                s.woken = 4;
+            })]),
+        )];
+        // Slot 0: the hashed key on two CPUs; slot 1: a key only in a slot, and a free
+        // slot (calls 0) whose stale key must not appear.
+        let slots: HotSlots = vec![
+            vec![hot(7, 0x1000, 3, 1), hot(7, 0x1000, 2, 2)],
+            vec![hot(8, 0x2000, 5, 0), hot(9, 0x3000, 0, 0)],
+        ];
+        assert_eq!(merge_hot(&mut entries, &slots, &mut HotForgotten::new()), 1);
+        assert_eq!(entries.len(), 2);
+        assert_eq!(entries[0].1.counts.calls[FUTEX_WAKE as usize], 15);
+        assert_eq!(entries[0].1.counts.woken, 7);
+        assert_eq!(entries[1].0, k(8, 0x2000));
+        assert_eq!(entries[1].1.counts.calls[FUTEX_WAKE as usize], 5);
+        // The hash's own entries, for `futex_stats_evicted`.
+        let snap = FutexSnapshot {
+            stats: entries,
+            hot_only: 1,
+            ..Default::default()
+        };
+        let mut counters = snap.counters;
+        counters[FCNT_STATS_CREATED as usize] = 3;
+        let snap = FutexSnapshot { counters, ..snap };
+        assert_eq!(futex_lost(&snap)["futex_stats_evicted"], 2);
+    }
+
+    #[test]
+    fn a_forgotten_processs_slot_adds_nothing_until_it_moves_on() {
+        let mut forgotten = HotForgotten::new();
+        let read = |slot: FutexHot| -> HotSlots { vec![vec![slot]] };
+        let merged = |slots: &HotSlots, forgotten: &mut HotForgotten| {
+            let mut entries = Vec::new();
+            merge_hot(&mut entries, slots, forgotten);
+            entries
+                .iter()
+                .map(|(k, t)| (k.tgid, t.counts.calls[FUTEX_WAKE as usize]))
+                .collect::<Vec<_>>()
+        };
+        let gone = hot(7, 0x1000, 5, 1);
+        forget_hot(&read(gone), &HashSet::from([7]), &mut forgotten);
+        // Still holding what it left: nothing; a reused ID's new calls: those only.
+        assert_eq!(merged(&read(gone), &mut forgotten), vec![]);
+        assert_eq!(
+            merged(&read(FutexHot { calls: 8, ..gone }), &mut forgotten),
+            vec![(7, 3)]
+        );
+        // Another process took the slot (its counts moved: seq + 2): counted whole, and
+        // the slot is no longer remembered.
+        let next = FutexHot {
+            seq: 2,
+            ..hot(9, 0x2000, 4, 0)
+        };
+        assert_eq!(merged(&read(next), &mut forgotten), vec![(9, 4)]);
+        assert!(forgotten.is_empty());
+        // A process that is not gone is not remembered.
+        forget_hot(&read(next), &HashSet::from([7]), &mut forgotten);
+        assert!(forgotten.is_empty());
+    }
+
+    #[test]
+    fn hot_reads_agree_only_without_a_move_between_them() {
+        let at = |seq| {
+            vec![vec![FutexHot {
+                seq,
+                ..hot(7, 0x1000, 1, 0)
+            }]]
+        };
+        assert!(hot_reads_agree(&at(2), &at(2)));
+        // A move finished between the reads, or is under way.
+        assert!(!hot_reads_agree(&at(2), &at(4)));
+        assert!(!hot_reads_agree(&at(3), &at(3)));
+        assert!(!hot_reads_agree(&at(2), &vec![]));
     }
 
     #[test]

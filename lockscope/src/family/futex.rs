@@ -10,7 +10,7 @@ use lockscope_common::futex_stats_entries;
 
 use super::{Attach, Build, Detach, Doctor, Family, Globals, Prepare, Read};
 use crate::{
-    aggregate::futex::{FutexEvents, futex_type_filtered},
+    aggregate::futex::{FutexEvents, HotForgotten, HotSlots, forget_hot, futex_type_filtered},
     decode::LockType,
     probe::{
         Target, features,
@@ -69,9 +69,17 @@ pub struct Futex {
     pub user_names: UserNames,
     /// The gate was closed: the slow tracepoint release can wait for lockscope's exit.
     gated: bool,
+    /// What forgotten processes left in `FUTEX_HOT` slots.
+    hot_forgotten: std::cell::RefCell<HotForgotten>,
 }
 
 impl Futex {
+    /// The processes in `gone` are forgotten: their `FUTEX_HOT` slots (as last read)
+    /// must not bring their futex words back.
+    pub fn forget_hot(&self, hot: &HotSlots, gone: &std::collections::HashSet<u32>) {
+        forget_hot(hot, gone, &mut self.hot_forgotten.borrow_mut());
+    }
+
     /// Attach the futex syscall probes that this kernel has tracepoints for. Without the
     /// futex(2) pair the family is skipped with a note (kernel locks are still
     /// recorded); the futex2 syscalls and restart_syscall are optional (missing ones are
@@ -174,7 +182,11 @@ impl Family for Futex {
 
     fn read(&self, cx: &mut Read<'_>) -> anyhow::Result<()> {
         if self.enabled {
-            cx.raw.futex = read_futex(cx.ebpf, &mut cx.raw.comms)?;
+            cx.raw.futex = read_futex(
+                cx.ebpf,
+                &mut cx.raw.comms,
+                &mut self.hot_forgotten.borrow_mut(),
+            )?;
         }
         cx.raw.futex.types = self.types.clone();
         let p = &mut cx.raw.futex.pthread;

@@ -7,11 +7,16 @@ use aya::{
     Ebpf,
     maps::{MapData, PerCpuArray},
 };
-use lockscope_common::{FUTEX_COUNTERS_LEN, FutexCall, FutexKey, FutexStats, PTHREAD_COUNTERS_LEN};
+use lockscope_common::{
+    FUTEX_COUNTERS_LEN, FUTEX_HOT_SLOTS, FutexCall, FutexHot, FutexKey, FutexStats,
+    PTHREAD_COUNTERS_LEN,
+};
 
 use super::batch;
 use crate::{
-    aggregate::futex::{FutexSnapshot, FutexTotals},
+    aggregate::futex::{
+        FutexSnapshot, FutexTotals, HotForgotten, HotSlots, hot_reads_agree, merge_hot,
+    },
     decode::comm_to_string,
 };
 
@@ -42,16 +47,35 @@ pub fn read_futex_counters(ebpf: &Ebpf) -> anyhow::Result<[u64; FUTEX_COUNTERS_L
 
 /// Everything the futex probes aggregated so far. Process names not seen by the probes
 /// are filled in from `/proc` when the process is still alive.
-pub fn read_futex(ebpf: &Ebpf, comms: &mut HashMap<u32, String>) -> anyhow::Result<FutexSnapshot> {
+pub fn read_futex(
+    ebpf: &Ebpf,
+    comms: &mut HashMap<u32, String>,
+    hot_forgotten: &mut HotForgotten,
+) -> anyhow::Result<FutexSnapshot> {
     let mut snap = FutexSnapshot {
         enabled: true,
         counters: read_futex_counters(ebpf)?,
         ..Default::default()
     };
     snap.pthread.counters = read_pthread_counters(ebpf)?;
-    snap.stats = batch::percpu_entries::<FutexKey, FutexStats, _>(ebpf, "FUTEX_STATS", |cpus| {
-        FutexTotals::merge_cpus(cpus.collect::<Vec<_>>().iter())
-    })?;
+    // Wakes counted in `FUTEX_HOT` slots move to `FUTEX_STATS` when another key takes
+    // the slot: read the slots before and after the hash, again if a move fell between.
+    let mut before = read_hot(ebpf)?;
+    let mut tries = 0;
+    let after = loop {
+        snap.stats =
+            batch::percpu_entries::<FutexKey, FutexStats, _>(ebpf, "FUTEX_STATS", |cpus| {
+                FutexTotals::merge_cpus(cpus.collect::<Vec<_>>().iter())
+            })?;
+        let after = read_hot(ebpf)?;
+        tries += 1;
+        if hot_reads_agree(&before, &after) || tries == HOT_READ_TRIES {
+            break after;
+        }
+        before = after;
+    };
+    snap.hot_only = merge_hot(&mut snap.stats, &after, hot_forgotten);
+    snap.hot = after;
     for call in calls_in_flight(ebpf)? {
         *snap.in_progress.entry((call.tgid, call.uaddr)).or_default() += 1;
     }
@@ -80,6 +104,20 @@ pub fn read_futex(ebpf: &Ebpf, comms: &mut HashMap<u32, String>) -> anyhow::Resu
         }
     }
     Ok(snap)
+}
+
+/// Reads of `FUTEX_STATS` between two agreeing reads of `FUTEX_HOT` tried before the
+/// last is taken as it is (a move of a slot's counts takes microseconds; only a machine
+/// whose every wake changes key could keep moving them).
+const HOT_READ_TRIES: u32 = 8;
+
+/// `FUTEX_HOT`: per slot, its value on each CPU.
+fn read_hot(ebpf: &Ebpf) -> anyhow::Result<HotSlots> {
+    let hot: PerCpuArray<&MapData, FutexHot> =
+        PerCpuArray::try_from(ebpf.map("FUTEX_HOT").context("FUTEX_HOT map")?)?;
+    (0..FUTEX_HOT_SLOTS)
+        .map(|i| Ok(hot.get(&i, 0)?.iter().copied().collect()))
+        .collect()
 }
 
 /// Counts the futex calls in flight (each thread's `FUTEX_CALLS` storage).
