@@ -171,7 +171,10 @@ fn on_begin(ctx: &BtfTracePointContext, lock: u64, flags: u32) {
     let tid = bpf_get_current_pid_tgid() as u32;
 
     let mut replaces = false;
-    if !is_spinning_wait(flags) {
+    // An rwsem reports one begin per wait: its earlier wait, if any, never ended, which
+    // the insert below finds without a lookup first.
+    let rwsem = flags == LCB_F_READ || flags == LCB_F_WRITE;
+    if !is_spinning_wait(flags) && !rwsem {
         // A mutex that spun first (MUTEX|SPIN) and then sleeps (MUTEX) reports a second
         // begin for the same lock: one wait, timed from the first begin.
         if let Some(w) = TASK_WAITS.get_ptr_mut(tid) {
@@ -235,13 +238,21 @@ fn on_begin(ctx: &BtfTracePointContext, lock: u64, flags: u32) {
             // SAFETY: a map value, only read, before the program returns.
             unsafe { LOCK_INFO.get(lock) }.is_some_and(|i| i.kind == LOCK_KIND_PI_LOCK);
         crate::probes::rt::on_spin_begin(index, lock, watched);
-        remember_comm(&cfg);
         return;
     } else {
         // By reference: the value is read from the scratch map instead of being copied to
         // the stack (which is what the scratch map avoids).
         #[allow(clippy::needless_borrows_for_generic_args)]
-        let inserted = TASK_WAITS.insert(tid, &*start, 0);
+        let mut inserted =
+            TASK_WAITS.insert(tid, &*start, if rwsem { BPF_NOEXIST as u64 } else { 0 });
+        if rwsem && inserted == Err(-17) {
+            replaces = true;
+            count(CNT_UNPAIRED_BEGIN);
+            #[allow(clippy::needless_borrows_for_generic_args)]
+            {
+                inserted = TASK_WAITS.insert(tid, &*start, 0);
+            }
+        }
         if inserted.is_err() {
             count(CNT_LOST_TASK_WAIT_FULL);
         } else if !replaces {
@@ -257,7 +268,6 @@ fn on_begin(ctx: &BtfTracePointContext, lock: u64, flags: u32) {
         // SAFETY: a live map value, used before the program returns, not aliased.
         unsafe { (*w).flags |= generation << GEN_SHIFT };
     }
-    remember_comm(&cfg);
 }
 
 /// Learn this CPU's runqueue lock, once: the running task's `se.cfs_rq->rq` is this CPU's
@@ -377,12 +387,14 @@ pub fn forget_comm(tgid: u32) {
     let _ = COMMS.remove(tgid);
 }
 
-#[inline(always)]
-fn remember_comm(cfg: &ProbeConfig) {
+/// Remember the current process's name (and cgroup) if not yet known. Out of line: only
+/// a process's new entries call it.
+#[inline(never)]
+fn remember_comm() {
     let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
     // SAFETY: a map value, only read, before the program returns.
     if unsafe { COMMS.get(tgid) }.is_none() {
-        let comm = current_process_comm(cfg);
+        let comm = current_process_comm(&CONFIG.load());
         let _ = COMMS.insert(tgid, comm, BPF_NOEXIST as u64);
         remember_cgroup(tgid);
     }
@@ -1045,6 +1057,9 @@ fn account(w: &WaitStart, now: u64, ret: i32) {
             .is_ok()
         {
             count(CNT_STATS_CREATED);
+            // The waiter's process name, with its first entry (the end runs in the
+            // waiter's context): not on every wait.
+            remember_comm();
         }
         stats = CONTENTION_STATS.get_ptr_mut(key);
     }
