@@ -446,6 +446,18 @@ impl FutexHot {
         }
     }
 
+    /// Its counts since `earlier`, a read of the same slot before (same key, same `seq`).
+    #[inline(always)]
+    pub const fn since(&self, earlier: &Self) -> Self {
+        Self {
+            calls: self.calls.saturating_sub(earlier.calls),
+            shared_calls: self.shared_calls.saturating_sub(earlier.shared_calls),
+            woken: self.woken.saturating_sub(earlier.woken),
+            errors: self.errors.saturating_sub(earlier.errors),
+            ..*self
+        }
+    }
+
     /// Add its counts to a `FUTEX_STATS` value of the same key.
     #[inline(always)]
     pub fn fold_into(&self, s: &mut FutexStats) {
@@ -505,6 +517,8 @@ mod pod {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
     #[test]
     fn hot_slots_spread_words_one_cache_line_apart() {
         // 64 words 4 bytes to a page apart (64: one per cache line, as `workload
@@ -541,8 +555,6 @@ mod tests {
         assert_eq!(s.calls[FUTEX2_WAKE as usize], 6);
         assert_eq!((s.shared_calls, s.woken, s.errors), (2, 4, 2));
     }
-
-    use super::*;
 
     #[test]
     fn stats_map_shrinks_with_cpus() {

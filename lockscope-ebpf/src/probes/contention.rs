@@ -242,16 +242,14 @@ fn on_begin(ctx: &BtfTracePointContext, lock: u64, flags: u32) {
     } else {
         // By reference: the value is read from the scratch map instead of being copied to
         // the stack (which is what the scratch map avoids).
-        #[allow(clippy::needless_borrows_for_generic_args)]
+        let start: &WaitStart = start;
         let mut inserted =
-            TASK_WAITS.insert(tid, &*start, if rwsem { BPF_NOEXIST as u64 } else { 0 });
-        if rwsem && inserted == Err(-17) {
+            TASK_WAITS.insert(tid, start, if rwsem { BPF_NOEXIST as u64 } else { 0 });
+        // -EEXIST (only with BPF_NOEXIST): an rwsem wait whose end never came.
+        if inserted == Err(-17) {
             replaces = true;
             count(CNT_UNPAIRED_BEGIN);
-            #[allow(clippy::needless_borrows_for_generic_args)]
-            {
-                inserted = TASK_WAITS.insert(tid, &*start, 0);
-            }
+            inserted = TASK_WAITS.insert(tid, start, 0);
         }
         if inserted.is_err() {
             count(CNT_LOST_TASK_WAIT_FULL);

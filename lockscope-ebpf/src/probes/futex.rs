@@ -339,20 +339,26 @@ fn hot_evict(h: &mut FutexHot) -> bool {
     h.seq += 1;
     // SAFETY: a live map value (per-CPU: this CPU's), used before the program returns, not aliased.
     h.fold_into(unsafe { &mut *s });
-    h.calls = 0;
-    h.shared_calls = 0;
-    h.woken = 0;
-    h.errors = 0;
-    h.seq += 1;
+    // Free (the caller sets the new key), `seq` even again.
+    *h = FutexHot {
+        seq: h.seq + 1,
+        ..FutexHot::default()
+    };
     true
 }
 
 /// The `FUTEX_STATS` entry of `key` (this CPU's), created if new (counted).
 #[inline(always)]
 fn stats_entry(key: FutexKey) -> Option<*mut FutexStats> {
-    if let Some(s) = FUTEX_STATS.get_ptr_mut(key) {
-        return Some(s);
-    }
+    FUTEX_STATS
+        .get_ptr_mut(key)
+        .or_else(|| new_stats_entry(key))
+}
+
+/// Create the `FUTEX_STATS` entry of `key`, which a lookup did not find (counted; a
+/// racing interrupt may have made it first).
+#[inline(always)]
+fn new_stats_entry(key: FutexKey) -> Option<*mut FutexStats> {
     // By reference: a copy of the value would not fit the 512-byte BPF stack.
     #[allow(clippy::needless_borrows_for_generic_args)]
     if FUTEX_STATS
@@ -596,13 +602,10 @@ fn account(call: &FutexCall, ret: i64, now: u64, unpaired: bool) {
         tgid: call.tgid,
         _pad: 0,
     };
-    let stats = match FUTEX_STATS.get_ptr_mut(key) {
-        Some(s) => Some(s),
-        None => {
-            remember_comm(call.tgid);
-            stats_entry(key)
-        }
-    };
+    let stats = FUTEX_STATS.get_ptr_mut(key).or_else(|| {
+        remember_comm(call.tgid);
+        new_stats_entry(key)
+    });
     let Some(s) = stats else {
         fcount(FCNT_LOST_STATS_FULL);
         return;

@@ -93,16 +93,7 @@ pub fn merge_hot(
     let mut added = 0;
     for (i, cpus) in hot.iter().enumerate() {
         for (c, h) in cpus.iter().enumerate() {
-            let h = match forgotten.get(&(i, c)) {
-                Some(b) => FutexHot {
-                    calls: h.calls.saturating_sub(b.calls),
-                    shared_calls: h.shared_calls.saturating_sub(b.shared_calls),
-                    woken: h.woken.saturating_sub(b.woken),
-                    errors: h.errors.saturating_sub(b.errors),
-                    ..*h
-                },
-                None => *h,
-            };
+            let h = forgotten.get(&(i, c)).map_or(*h, |b| h.since(b));
             if h.calls == 0 {
                 continue;
             }
