@@ -301,14 +301,22 @@ fn sigterm_and_sighup_write_the_recording() {
         let file = dir.join(format!("{name}.json"));
         let _ = std::fs::remove_file(&file);
         let mut churn = spawn_churn();
-        let rec = lockscope()
-            .args(["record", "-d", "60", "-o"])
+        let mut cmd = lockscope();
+        cmd.args(["record", "-d", "60", "-o"])
             .arg(&file)
             .args(["--", "sleep", "60"])
             .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
+            .stderr(Stdio::piped());
+        // Under `nohup` (SIGHUP ignored) the command would inherit the ignore, as it
+        // should, and outlive the signal: the test starts from the default.
+        // SAFETY: signal(2) is async-signal-safe; nothing else runs between fork and exec.
+        unsafe {
+            std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
+                libc::signal(libc::SIGHUP, libc::SIG_DFL);
+                Ok(())
+            });
+        }
+        let rec = cmd.spawn().unwrap();
         // Wait until the command runs: the probes are attached by then.
         let t0 = std::time::Instant::now();
         while children_of(rec.id()).is_empty() && t0.elapsed() < Duration::from_secs(60) {
