@@ -338,6 +338,11 @@ pub struct ServeArgs {
     /// How often to read the in-kernel maps, e.g. 500ms, 1s, 1m [default: 1s].
     #[arg(long, value_name = "DURATION")]
     pub interval: Option<String>,
+    /// Most of one CPU the map reads may take, in percent: a read that took more CPU
+    /// than this share of the interval spaces the next ones out (e.g. 0.25 s of CPU at
+    /// 1% reads every 25 s) [default: 1, or `max_cpu_percent` in the config].
+    #[arg(long, value_name = "PERCENT")]
+    pub max_cpu_percent: Option<f64>,
     /// Check the configuration, print what would be served, and exit (attaches nothing).
     #[arg(long)]
     pub check_config: bool,

@@ -5,12 +5,14 @@
 //! ```toml
 //! listen = "127.0.0.1:9464"   # where /metrics, /healthz and /api/snapshot are served
 //! interval = "1s"             # how often the in-kernel maps are read
+//! max_cpu_percent = 1.0       # at most this share of one CPU in map reads: longer
+//!                             # reads space the next ones out beyond `interval`
 //!
 //! [probes]                    # probe groups
 //! kernel_locks = true         # lock:contention_begin/end (every kernel lock type)
 //! rwsem_events = true         # lockscope_rwsem_events_total (needs kernel_locks)
 //! mmap_trylocks = false       # tracepoint tier: estimate mmap_lock trylock failures
-//! futex = false               # futex syscalls: lockscope_futex_* (user-space locks)
+//! futex = true                # futex syscalls: lockscope_futex_* (user-space locks)
 //! pi_lock = true              # lockscope_starvation_episodes_total (needs kernel_locks)
 //!
 //! [target]                    # default: the whole system
@@ -49,6 +51,8 @@ use crate::{aggregate::recording::Detail, decode::LockType, probe::Target};
 
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:9464";
 pub const DEFAULT_INTERVAL: &str = "1s";
+/// Share of one CPU the map reads may take, in percent: the daemon's own budget.
+pub const DEFAULT_MAX_CPU_PERCENT: f64 = 1.0;
 pub const DEFAULT_TOP_LOCKS: usize = 20;
 /// More lock labels than this would defeat the purpose of folding into `other`.
 pub const MAX_TOP_LOCKS: usize = 1000;
@@ -59,6 +63,7 @@ pub const MAX_TOP_LOCKS: usize = 1000;
 pub struct ConfigFile {
     pub listen: Option<String>,
     pub interval: Option<String>,
+    pub max_cpu_percent: Option<f64>,
     /// Web configuration file (TLS, basic auth), as `--web-config`.
     pub web_config: Option<PathBuf>,
     /// As `--redact-addresses`.
@@ -99,6 +104,16 @@ pub const DEFAULT_FORGET_EXITED_AFTER: Duration = Duration::from_secs(60);
 /// More detail than this per refresh is no longer "bounded" in any useful sense.
 pub const MAX_SNAPSHOT_DETAIL: usize = 100_000;
 
+/// How long to wait before the next map read: `interval`, or longer when the read just
+/// made took `cpu` and reading again after `interval` would spend more than
+/// `max_cpu_percent` of one CPU (`cpu / (cpu + wait)` stays within the budget).
+pub fn paced_wait(interval: Duration, cpu: Duration, max_cpu_percent: f64) -> Duration {
+    let share = (max_cpu_percent / 100.0).clamp(f64::MIN_POSITIVE, 1.0);
+    let needed = cpu.as_secs_f64() * (1.0 / share - 1.0);
+    // At most a day: a read that slow is a bug to see, not to wait out.
+    interval.max(Duration::from_secs_f64(needed.min(86_400.0)))
+}
+
 /// Probe groups.
 ///
 /// - `kernel_locks`: `lock:contention_begin/end`, every kernel lock type.
@@ -129,10 +144,10 @@ impl Default for ProbeGroups {
             rwsem_events: true,
             // Off by default: its probe runs on every mmap_lock acquisition.
             mmap_trylocks: false,
-            // Off by default: system-wide on a busy machine the futex words of every
-            // process fill the map within a minute and reading them costs ~20% of a CPU
-            // at a 1 s interval (README). Enable it with a pid or cgroup target.
-            futex: false,
+            // On: a futex call that does not block costs under 2x an empty program on
+            // the same tracepoints, and reading a full map of futex words (~0.3 s of
+            // CPU) is paced by `max_cpu_percent`.
+            futex: true,
             pi_lock: true,
         }
     }
@@ -185,6 +200,7 @@ impl Default for HistogramConfig {
 pub struct Overrides {
     pub listen: Option<String>,
     pub interval: Option<String>,
+    pub max_cpu_percent: Option<f64>,
     pub pids: Vec<u32>,
     pub cgroup: Option<PathBuf>,
     pub web_config: Option<PathBuf>,
@@ -196,6 +212,8 @@ pub struct Overrides {
 pub struct ServeSettings {
     pub listen: SocketAddr,
     pub interval: Duration,
+    /// The map reads' CPU budget, percent of one CPU (see [`paced_wait`]).
+    pub max_cpu_percent: f64,
     pub target: Target,
     pub types: Option<Vec<LockType>>,
     /// The probe groups, as configured.
@@ -255,6 +273,16 @@ impl ConfigFile {
             parse_duration(interval_text).map_err(|e| anyhow::anyhow!("interval: {e}"))?;
         if interval < Duration::from_millis(100) || interval > Duration::from_secs(3600) {
             bail!("interval: must be between 100ms and 1h, got {interval_text}");
+        }
+        let max_cpu_percent = cli
+            .max_cpu_percent
+            .or(self.max_cpu_percent)
+            .unwrap_or(DEFAULT_MAX_CPU_PERCENT);
+        if !(max_cpu_percent.is_finite() && max_cpu_percent > 0.0 && max_cpu_percent <= 100.0) {
+            bail!(
+                "max_cpu_percent: must be more than 0 and at most 100 (percent of one CPU), \
+                 got {max_cpu_percent}"
+            );
         }
 
         let p = &self.probes;
@@ -341,6 +369,7 @@ impl ConfigFile {
         Ok(ServeSettings {
             listen,
             interval,
+            max_cpu_percent,
             target,
             types,
             probes: p.clone(),
@@ -475,6 +504,7 @@ mod tests {
         let s = settings("").unwrap();
         assert_eq!(s.listen.to_string(), DEFAULT_LISTEN);
         assert_eq!(s.interval, Duration::from_secs(1));
+        assert_eq!(s.max_cpu_percent, DEFAULT_MAX_CPU_PERCENT);
         assert_eq!(s.target, Target::System);
         assert_eq!(s.types, None);
         assert_eq!(s.top_locks, DEFAULT_TOP_LOCKS);
@@ -492,6 +522,7 @@ mod tests {
             r#"
             listen = "0.0.0.0:9500"
             interval = "250ms"
+            max_cpu_percent = 5
             [probes]
             kernel_locks = true
             [target]
@@ -521,6 +552,7 @@ mod tests {
         );
         assert_eq!(s.listen.port(), 9500);
         assert_eq!(s.interval, Duration::from_millis(250));
+        assert_eq!(s.max_cpu_percent, 5.0);
         assert_eq!(s.target, Target::Pids(vec![1]));
         assert_eq!(
             s.types.as_ref().unwrap().len(),
@@ -539,6 +571,7 @@ mod tests {
             .settings(&Overrides {
                 listen: Some("127.0.0.1:2".into()),
                 interval: Some("2s".into()),
+                max_cpu_percent: Some(0.5),
                 pids: vec![1],
                 cgroup: None,
                 web_config: None,
@@ -548,7 +581,28 @@ mod tests {
         assert!(s.redact_addresses);
         assert_eq!(s.listen.port(), 2);
         assert_eq!(s.interval, Duration::from_secs(2));
+        assert_eq!(s.max_cpu_percent, 0.5);
         assert_eq!(s.target, Target::Pids(vec![1]));
+    }
+
+    #[test]
+    fn slow_reads_are_spaced_to_the_cpu_budget() {
+        let ms = Duration::from_millis;
+        let s = Duration::from_secs;
+        // Cheap reads keep the interval.
+        assert_eq!(paced_wait(s(1), ms(3), 1.0), s(1));
+        assert_eq!(paced_wait(s(1), ms(10), 1.0), s(1));
+        // 0.3 s of CPU at 1%: 29.7 s between reads, 1% of the 30 s period.
+        let w = paced_wait(s(1), ms(300), 1.0);
+        assert!((w.as_secs_f64() - 29.7).abs() < 1e-6, "{w:?}");
+        let share = 0.3 / (0.3 + w.as_secs_f64());
+        assert!((share - 0.01).abs() < 1e-9, "{share}");
+        // A longer interval already within budget stays.
+        assert_eq!(paced_wait(s(60), ms(300), 1.0), s(60));
+        // 100%: never spaced out.
+        assert_eq!(paced_wait(ms(500), s(2), 100.0), ms(500));
+        // Bounded however slow the read.
+        assert_eq!(paced_wait(s(1), s(1_000_000), 1.0), s(86_400));
     }
 
     #[test]
@@ -565,10 +619,14 @@ mod tests {
         assert!(err("listen = \"localhost\"").starts_with("listen:"));
         assert!(err("interval = \"1 fortnight\"").starts_with("interval:"));
         assert!(err("interval = \"1ms\"").starts_with("interval:"));
-        let e = err("[probes]\nkernel_locks = false");
+        let e = err("[probes]\nkernel_locks = false\nfutex = false");
         assert!(e.starts_with("probes.kernel_locks:"), "{e}");
-        let e = err("[target]\ntypes = [\"futex\"]");
+        let e = err("[probes]\nfutex = false\n[target]\ntypes = [\"futex\"]");
         assert!(e.starts_with("target.types:"), "{e}");
+        for bad in ["0", "-1", "101", "nan"] {
+            let e = err(&format!("max_cpu_percent = {bad}"));
+            assert!(e.starts_with("max_cpu_percent:"), "{bad}: {e}");
+        }
         assert!(err("[probes]\nfutx = true").contains("unknown field `futx`"));
         assert!(err("[target]\npids = [0]").starts_with("target.pids:"));
         assert!(err("[target]\ntypes = [\"spinlok\"]").starts_with("target.types:"));
@@ -604,14 +662,14 @@ mod tests {
     fn probe_groups_choose_the_lock_types() {
         let s = settings("").unwrap();
         assert_eq!(s.probes, ProbeGroups::default());
-        assert!(!s.traces_futex() && s.traces_kernel_locks());
-        assert_eq!(s.load_types(), LockType::ALL.to_vec());
-        let s = settings("[probes]\nfutex = true").unwrap();
+        assert!(s.traces_futex() && s.traces_kernel_locks());
         assert_eq!(
             s.load_types().len(),
             LockType::ALL.len() + LockType::USER.len()
         );
-        assert!(s.traces_futex());
+        let s = settings("[probes]\nfutex = false").unwrap();
+        assert!(!s.traces_futex());
+        assert_eq!(s.load_types(), LockType::ALL.to_vec());
         let s = settings("[probes]\nkernel_locks = false\nfutex = true").unwrap();
         assert_eq!(s.load_types(), LockType::USER.to_vec());
         assert!(!s.traces_kernel_locks());

@@ -102,6 +102,20 @@ fn wait_until<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Option<T>
     }
 }
 
+/// `f`'s first `Some` within `timeout`, polled every 50 ms; `None` if it never came.
+fn wait_until_or_none<T>(timeout: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = f() {
+            return Some(v);
+        }
+        if Instant::now() >= deadline {
+            return None;
+        }
+        thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// BPF program and link ids held open by a process (from its fdinfo).
 fn bpf_ids_of(pid: u32) -> BTreeSet<(String, u64)> {
     let mut ids = BTreeSet::new();
@@ -181,12 +195,20 @@ fn samples(text: &str, name: &str) -> Vec<(BTreeMap<String, String>, f64)> {
         .collect()
 }
 
+/// `lockscope serve` with `args`. Its reads are not paced (`--max-cpu-percent 100`)
+/// unless `args` sets a budget: these tests wait for refreshes at their interval.
 fn start_serve(args: &[&str], stderr: &Path) -> Guard {
     let log = std::fs::File::create(stderr).unwrap();
+    let unpaced: &[&str] = if args.contains(&"--max-cpu-percent") {
+        &[]
+    } else {
+        &["--max-cpu-percent", "100"]
+    };
     Guard(
         lockscope()
             .arg("serve")
             .args(args)
+            .args(unpaced)
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
@@ -793,9 +815,22 @@ fn sigint_detaches_and_exits_zero() {
     // Contention begin/end, the fork follower for a pid target, the name refresh at exec,
     // the cgroup refresh at a move, the tracepoint-tier mmap_lock estimate probe where
     // that tracepoint exists, and the pi_lock proxy with its task set (sched_wait_task,
-    // sched_process_fork, sched_process_free).
+    // sched_process_fork, sched_process_free); and the futex probes, on by default:
+    // futex(2) entry and exit, restart_syscall, and each futex2 call the kernel has.
+    let futex2 = ["waitv", "wait", "wake", "requeue"]
+        .iter()
+        .filter(|c| {
+            ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"]
+                .iter()
+                .any(|t| Path::new(&format!("{t}/events/syscalls/sys_enter_futex_{c}")).exists())
+        })
+        .count();
+    let futex_progs = 3 + futex2;
     let progs = ours.iter().filter(|(k, _)| k == "prog_id").count();
-    assert!((8..=9).contains(&progs), "{ours:?}");
+    assert!(
+        (8 + futex_progs..=9 + futex_progs).contains(&progs),
+        "{progs} programs: {ours:?}"
+    );
     let (_, text) = http_get(port, "/metrics").unwrap();
     assert!(
         text.contains("lockscope_probe_attached{probe=\"sched_process_fork\""),
@@ -847,7 +882,11 @@ fn bad_config_fails_before_attaching() {
         ),
         ("[metrics]\ntop_locks = 0\n", "metrics.top_locks"),
         ("listen = \"nowhere\"\n", "listen:"),
-        ("[probes]\nkernel_locks = false\n", "probes.kernel_locks"),
+        (
+            "[probes]\nkernel_locks = false\nfutex = false\n",
+            "probes.kernel_locks",
+        ),
+        ("max_cpu_percent = 0\n", "max_cpu_percent"),
         ("[probes]\nfutx = true\n", "unknown field `futx`"),
         ("[target]\npids = [4000000000]\n", "target.pids"),
         (
@@ -857,12 +896,21 @@ fn bad_config_fails_before_attaching() {
     ] {
         std::fs::write(&bad, text).unwrap();
         for extra in [&[][..], &["--check-config"][..]] {
-            let out = lockscope()
+            // A config that is not refused would serve until killed: bounded.
+            let mut child = lockscope()
                 .args(["serve", "--config"])
                 .arg(&bad)
                 .args(extra)
-                .output()
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
                 .unwrap();
+            let ended = wait_until_or_none(Duration::from_secs(30), || child.try_wait().unwrap());
+            if ended.is_none() {
+                let _ = child.kill();
+            }
+            let out = child.wait_with_output().unwrap();
+            assert!(ended.is_some(), "{text}: accepted, serve kept running");
             let stderr = String::from_utf8_lossy(&out.stderr);
             assert!(!out.status.success(), "{text}: should fail");
             let lines: Vec<&str> = stderr.lines().collect();
@@ -940,6 +988,8 @@ fn serve_runs_with_only_the_systemd_units_capabilities() {
                 &format!("127.0.0.1:{port}"),
                 "--interval",
                 "250ms",
+                "--max-cpu-percent",
+                "100",
             ])
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).unwrap())
@@ -1442,4 +1492,90 @@ fn tls_basic_auth_and_redaction_from_a_web_config() {
     );
     assert_eq!(n, 1.0);
     assert_eq!(prom_query(prom_port, "up{job=\"lockscope\"}"), Some(1.0));
+}
+
+/// User plus system CPU time of a process, in seconds.
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    // Fields after the command name (which may hold spaces): utime and stime are the
+    // 12th and 13th.
+    let rest = &stat[stat.rfind(')').unwrap() + 2..];
+    let f: Vec<u64> = rest
+        .split(' ')
+        .skip(11)
+        .take(2)
+        .map(|v| v.parse().unwrap())
+        .collect();
+    // SAFETY: sysconf has no memory preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    (f[0] + f[1]) as f64 / hz
+}
+
+#[test]
+fn slow_map_reads_are_spaced_to_the_cpu_budget() {
+    let _serial = serial();
+    let dir = scratch("serve-pace");
+    let port = free_port();
+    let log = dir.join("serve.stderr");
+    // 15,000 futex words (on by default) make a read cost a few hundred ms of CPU: at a
+    // 1 s interval, a third of a CPU. A 5% budget spaces the reads out.
+    let mut serve = start_serve(
+        &[
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--interval",
+            "1s",
+            "--max-cpu-percent",
+            "5",
+        ],
+        &log,
+    );
+    wait_healthy(port, &mut serve, &log);
+    let _words = Guard(
+        Command::new(bin())
+            .args([
+                "workload",
+                "syscall-loop",
+                "--futex-wake",
+                "--words",
+                "15000",
+            ])
+            .args(["--seconds", "120"])
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let paced = |text: &str| {
+        samples(text, "lockscope_read_interval_seconds")
+            .first()
+            .map(|s| s.1)
+            .filter(|&v| v > 1.5)
+    };
+    let wait = wait_until("reads spaced out", Duration::from_secs(90), || {
+        paced(&http_get(port, "/metrics").ok()?.1)
+    });
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        text.contains("to stay within max_cpu_percent = 5"),
+        "the change of pace is logged: {text}"
+    );
+    // Over a window of several paced reads, serve's CPU stays near its budget (about a
+    // third of a CPU unpaced).
+    let pid = serve.0.id();
+    let (c0, t0) = (cpu_seconds(pid), Instant::now());
+    thread::sleep(Duration::from_secs_f64((3.0 * wait).clamp(10.0, 40.0)));
+    let share = (cpu_seconds(pid) - c0) / t0.elapsed().as_secs_f64();
+    println!(
+        "reads every {wait:.1} s; serve used {:.1}% of a CPU",
+        share * 100.0
+    );
+    assert!(
+        share < 0.10,
+        "{:.1}% of a CPU with a 5% budget",
+        share * 100.0
+    );
+    // Healthy all along: the staleness limit follows the paced interval.
+    let (status, body) = http_get(port, "/healthz").unwrap();
+    assert_eq!(status, 200, "{body}");
+    stop_serve(&mut serve, libc::SIGTERM, &log);
 }

@@ -27,7 +27,7 @@ use axum::{
 use crate::{
     aggregate::Recording,
     cli::ServeArgs,
-    config::{ConfigFile, Overrides, ServeSettings},
+    config::{ConfigFile, Overrides, ServeSettings, paced_wait},
     probe::{LoadOptions, Target, features},
     session::Session,
     sink::prometheus::{
@@ -63,6 +63,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let overrides = Overrides {
         listen: args.listen.clone(),
         interval: args.interval.clone(),
+        max_cpu_percent: args.max_cpu_percent,
         pids: args.pids.clone(),
         cgroup: args.cgroup.clone(),
         web_config: args.web_config.clone(),
@@ -151,6 +152,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
 
     let kernel = settings.traces_kernel_locks();
     let mut refresher = Refresher {
+        wait: settings.interval,
         exporter: Exporter::default(),
         opts: MetricsOptions {
             top_locks: settings.top_locks,
@@ -198,13 +200,17 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         settings.interval
     );
 
+    // Paced from the second read on: the first carries one-off costs (symbol tables).
+    let mut pace = Pace::new(settings.interval, settings.max_cpu_percent);
     let stop = loop {
-        match stop_rx.recv_timeout(settings.interval) {
+        match stop_rx.recv_timeout(pace.wait) {
             Ok(stop) => break stop,
             Err(mpsc::RecvTimeoutError::Disconnected) => {
                 break Stop::ServerFailed(anyhow::anyhow!("HTTP server thread ended"));
             }
             Err(mpsc::RecvTimeoutError::Timeout) => {
+                let cpu0 = thread_cpu_time();
+                refresher.wait = pace.wait;
                 let result = refresher.refresh(&session);
                 let mut p = shared.lock().unwrap_or_else(|e| e.into_inner());
                 match result {
@@ -222,6 +228,10 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
                 }
                 drop(p);
                 crate::session::release_free_memory();
+                if let Some(msg) = pace.after_read(thread_cpu_time().saturating_sub(cpu0)) {
+                    eprintln!("lockscope: {msg}");
+                }
+                shared.lock().unwrap_or_else(|e| e.into_inner()).interval = pace.wait;
             }
         }
     };
@@ -240,7 +250,72 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     }
 }
 
+/// When to read the maps next: every `interval`, spaced out while reads cost more CPU
+/// than the budget allows ([`paced_wait`]).
+struct Pace {
+    interval: Duration,
+    max_cpu_percent: f64,
+    wait: Duration,
+    /// The paced wait last logged, while reads are paced.
+    logged: Option<Duration>,
+}
+
+impl Pace {
+    fn new(interval: Duration, max_cpu_percent: f64) -> Self {
+        Self {
+            interval,
+            max_cpu_percent,
+            wait: interval,
+            logged: None,
+        }
+    }
+
+    /// Set the next wait after a read that took `cpu`; a message when the pace changed
+    /// much (reads spaced out to at least twice the interval, by a factor of two since
+    /// the last message, or back to the interval): no message per read.
+    fn after_read(&mut self, cpu: Duration) -> Option<String> {
+        let next = paced_wait(self.interval, cpu, self.max_cpu_percent);
+        self.wait = next;
+        let msg = if next >= 2 * self.interval
+            && self.logged.is_none_or(|l| next > 2 * l || 2 * next < l)
+        {
+            self.logged = Some(next);
+            format!(
+                "a map read took {:.0} ms of CPU; reading every {:.1} s to stay within \
+                 max_cpu_percent = {}",
+                cpu.as_secs_f64() * 1e3,
+                next.as_secs_f64(),
+                self.max_cpu_percent
+            )
+        } else if next == self.interval && self.logged.is_some() {
+            self.logged = None;
+            format!(
+                "map reads within max_cpu_percent again: reading every {:?}",
+                self.interval
+            )
+        } else {
+            return None;
+        };
+        Some(msg)
+    }
+}
+
+/// CPU time of the calling thread (the map reads run on one thread).
+fn thread_cpu_time() -> Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec.
+    if unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) } != 0 {
+        return Duration::ZERO;
+    }
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
 struct Refresher {
+    /// The wait between map reads in effect (`lockscope_read_interval_seconds`).
+    wait: Duration,
     exporter: Exporter,
     opts: MetricsOptions,
     errors: u64,
@@ -283,6 +358,7 @@ impl Refresher {
             scrape_errors: self.errors,
             read_seconds_total: self.read_s + t0.elapsed().as_secs_f64(),
             reads_total: self.reads + 1,
+            read_interval_s: self.wait.as_secs_f64(),
         };
         let text = encode(&families(&rec, &samples, &me, &self.opts))?;
         self.reads += 1;
@@ -592,7 +668,8 @@ fn describe(s: &ServeSettings) -> String {
         ),
     };
     format!(
-        "config OK: listen {} ({web}{}), interval {:?}, target {}, probes {}, lock types \
+        "config OK: listen {} ({web}{}), interval {:?} (map reads within {}% of a CPU), \
+         target {}, probes {}, lock types \
          {types}, top {} locks labelled, {} histogram buckets from {:.3e} s to {:.3e} s; \
          snapshots keep the callers and tasks of {} locks ({} callers, {} tasks each)",
         s.listen,
@@ -602,6 +679,7 @@ fn describe(s: &ServeSettings) -> String {
             ""
         },
         s.interval,
+        s.max_cpu_percent,
         describe_target(&s.target),
         groups.join(","),
         s.top_locks,
@@ -612,4 +690,32 @@ fn describe(s: &ServeSettings) -> String {
         d.callers_per_lock,
         d.tasks_per_lock,
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_change_of_pace_is_told_once_not_at_every_read() {
+        let ms = Duration::from_millis;
+        let mut p = Pace::new(Duration::from_secs(1), 1.0);
+        // Cheap reads, and reads paced to less than twice the interval: nothing said.
+        assert_eq!(p.after_read(ms(5)), None);
+        assert_eq!(p.after_read(ms(15)), None);
+        assert_eq!(p.wait, ms(1485));
+        assert_eq!(p.after_read(ms(5)), None);
+        // Spaced out: said once, while the pace stays within a factor of two.
+        let m = p.after_read(ms(300)).unwrap();
+        assert!(m.contains("300 ms") && m.contains("every 29.7 s"), "{m}");
+        assert_eq!(p.wait, ms(29_700));
+        assert_eq!(p.after_read(ms(250)), None);
+        assert_eq!(p.after_read(ms(400)), None);
+        // Much slower: said again.
+        assert!(p.after_read(ms(900)).unwrap().contains("every 89.1 s"));
+        // Back within the interval: said once.
+        assert!(p.after_read(ms(5)).unwrap().contains("again"));
+        assert_eq!(p.after_read(ms(5)), None);
+        assert_eq!(p.wait, Duration::from_secs(1));
+    }
 }

@@ -41,6 +41,7 @@ pub const RWSEM_EVENTS: &str = "lockscope_rwsem_events_total";
 pub const STARVATION_EPISODES: &str = "lockscope_starvation_episodes_total";
 pub const MAP_READ_SECONDS: &str = "lockscope_map_read_seconds_total";
 pub const MAP_READS: &str = "lockscope_map_reads_total";
+pub const READ_INTERVAL: &str = "lockscope_read_interval_seconds";
 pub const CGROUP_CONTENTIONS: &str = "lockscope_cgroup_lock_contentions_total";
 pub const CGROUP_WAIT: &str = "lockscope_cgroup_lock_wait_seconds_total";
 
@@ -68,6 +69,7 @@ pub const FAMILIES: &[(&str, MetricType)] = &[
     (STARVATION_EPISODES, MetricType::COUNTER),
     (MAP_READ_SECONDS, MetricType::COUNTER),
     (MAP_READS, MetricType::COUNTER),
+    (READ_INTERVAL, MetricType::GAUGE),
     (CGROUP_CONTENTIONS, MetricType::COUNTER),
     (CGROUP_WAIT, MetricType::COUNTER),
 ];
@@ -142,6 +144,9 @@ pub struct SelfStats {
     /// and how many there were.
     pub read_seconds_total: f64,
     pub reads_total: u64,
+    /// The wait between map reads in effect: the interval, or longer while reads cost
+    /// more CPU than `max_cpu_percent` allows.
+    pub read_interval_s: f64,
 }
 
 /// Labels of a cgroup series: `cgroup`, `type`, and the pod UID and container ID its
@@ -381,6 +386,12 @@ pub fn families(
             MAP_READS,
             "Reads of the in-kernel maps since lockscope started (one per interval).",
             vec![counter(&[], me.reads_total as f64)],
+        ),
+        family(
+            READ_INTERVAL,
+            "Seconds between reads of the in-kernel maps now: the configured interval, or \
+             longer while a read costs more CPU than max_cpu_percent allows.",
+            vec![gauge(&[], me.read_interval_s)],
         ),
         family(
             SCRAPE_ERRORS,
@@ -733,6 +744,7 @@ mod tests {
             scrape_errors: 0,
             read_seconds_total: 0.0,
             reads_total: 0,
+            read_interval_s: 1.0,
         };
         encode(&families(rec, samples, &me, o)).unwrap()
     }
@@ -824,6 +836,7 @@ mod tests {
             scrape_errors: 0,
             read_seconds_total: 0.5,
             reads_total: 3,
+            read_interval_s: 1.0,
         };
         let fams = families(&rec, &samples, &me, &o);
         let names: HashSet<&str> = fams.iter().map(|f| f.name()).collect();
