@@ -362,7 +362,9 @@ pub fn futex_type_filtered(s: &FutexSnapshot) -> u64 {
 pub fn build_futex_locks(s: &FutexSnapshot, comms: &HashMap<u32, String>) -> (Vec<LockEntry>, u64) {
     let mut filtered = 0u64;
     let mut seen: BTreeMap<(u32, u64), ()> = BTreeMap::new();
-    let mut out = Vec::new();
+    // Sized once: an entry is large, and doubling tens of thousands of them to find
+    // room held half as many again (and both copies while moving).
+    let mut out = Vec::with_capacity(s.stats.len() + s.in_progress.len());
     let mut sites: HashMap<(u32, u64), Vec<&PthreadSite>> = HashMap::new();
     let comm = |pid: u32| comms.get(&pid).cloned().unwrap_or_default();
     let mut owners = s.pthread.owners.entries(HOLDERS_PER_LOCK, &comm);

@@ -476,8 +476,14 @@ pub fn build_locks_cached(
     name_by_busiest_caller(&mut locks, raw, names);
     *lost.entry("stack_evicted".to_owned()).or_default() += stacks_evicted;
     if raw.futex.enabled {
-        let (futex_locks, _filtered) = build_futex_locks(&raw.futex, &raw.comms);
-        locks.extend(futex_locks);
+        let (mut futex_locks, _filtered) = build_futex_locks(&raw.futex, &raw.comms);
+        // The smaller list moves into the larger: no second buffer of futex words.
+        if futex_locks.len() > locks.len() {
+            futex_locks.append(&mut locks);
+            locks = futex_locks;
+        } else {
+            locks.extend(futex_locks);
+        }
         lost.extend(futex_lost(&raw.futex));
     }
     // Keys sorted, entries moved once: an entry is large, and tens of thousands of futex
