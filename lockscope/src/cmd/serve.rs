@@ -152,7 +152,6 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
 
     let kernel = settings.traces_kernel_locks();
     let mut refresher = Refresher {
-        wait: settings.interval,
         exporter: Exporter::default(),
         opts: MetricsOptions {
             top_locks: settings.top_locks,
@@ -169,7 +168,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
             .redact_addresses
             .then(crate::sink::redact::Redactor::new),
     };
-    let first = refresher.refresh(&session)?;
+    let first = refresher.refresh(&session, settings.interval)?;
     let shared: Shared = Arc::new(Mutex::new(Published {
         metrics: first.0,
         recording: Arc::new(first.1),
@@ -210,8 +209,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
             }
             Err(mpsc::RecvTimeoutError::Timeout) => {
                 let cpu0 = thread_cpu_time();
-                refresher.wait = pace.wait;
-                let result = refresher.refresh(&session);
+                let result = refresher.refresh(&session, pace.wait);
                 let mut p = shared.lock().unwrap_or_else(|e| e.into_inner());
                 match result {
                     Ok((metrics, rec)) => {
@@ -314,8 +312,6 @@ fn thread_cpu_time() -> Duration {
 }
 
 struct Refresher {
-    /// The wait between map reads in effect (`lockscope_read_interval_seconds`).
-    wait: Duration,
     exporter: Exporter,
     opts: MetricsOptions,
     errors: u64,
@@ -328,8 +324,13 @@ struct Refresher {
 }
 
 impl Refresher {
-    /// Read the maps once: the metrics text and the recording.
-    fn refresh(&mut self, session: &Session) -> anyhow::Result<(String, Recording)> {
+    /// Read the maps once: the metrics text and the recording. `wait`: the wait between
+    /// reads in effect (`lockscope_read_interval_seconds`).
+    fn refresh(
+        &mut self,
+        session: &Session,
+        wait: Duration,
+    ) -> anyhow::Result<(String, Recording)> {
         let t0 = Instant::now();
         let mut rec = match session.snapshot() {
             Ok(r) => r,
@@ -358,7 +359,7 @@ impl Refresher {
             scrape_errors: self.errors,
             read_seconds_total: self.read_s + t0.elapsed().as_secs_f64(),
             reads_total: self.reads + 1,
-            read_interval_s: self.wait.as_secs_f64(),
+            read_interval_s: wait.as_secs_f64(),
         };
         let text = encode(&families(&rec, &samples, &me, &self.opts))?;
         self.reads += 1;
