@@ -394,12 +394,22 @@ fn full_run(ctx: &Ctx, runs: Option<usize>) -> Result<BenchResults> {
         "        worst max bare {:?} us, traced {:?} us",
         realtime.bare_max_us, realtime.traced_max_us
     );
-    progress.step("start and stop: record -- true, SIGTERM to serve");
+    progress.step("start and stop: record -- true, SIGTERM to serve, Ctrl-C, q in top");
     let start_stop = start_stop_case(ctx)?;
-    println!(
-        "        record -- true {:?} s, serve SIGTERM {:?} s",
-        start_stop.record_true_s, start_stop.serve_sigterm_s
-    );
+    for (ss, beside) in [
+        (Some(&start_stop), ""),
+        (
+            start_stop.under_ptrace_stress.as_deref(),
+            ", beside stress-ng --ptrace 4",
+        ),
+    ] {
+        if let Some(ss) = ss {
+            println!(
+                "        record -- true {:.3?} s, serve SIGTERM {:.3?} s, Ctrl-C in record {:.3?} s, q in top {:.3?} s{beside}",
+                ss.record_true_s, ss.serve_sigterm_s, ss.record_sigint_s, ss.top_quit_s
+            );
+        }
+    }
 
     progress.step("memcached under memcslap: bare, beside a recording, traced");
     let memcached = memcached_case(ctx)?;
@@ -485,24 +495,151 @@ fn realtime_case(ctx: &Ctx) -> Result<RealTime> {
     Ok(rt)
 }
 
-/// Wall time of `record -- true`, and of `serve` from SIGTERM to its exit.
+/// Start and stop as a user meets them: `record -- true` (wall), SIGTERM to `serve`,
+/// Ctrl-C (SIGINT to the process group, as a terminal sends it) in `record`, and `q` in
+/// `top` until the shell is back; `runs` rounds, then again beside `stress-ng --ptrace 4`.
 fn start_stop_case(ctx: &Ctx) -> Result<StartStop> {
+    let mut ss = start_stop_rounds(ctx, "")?;
+    let mut stress = Command::new("stress-ng");
+    stress.args(["--ptrace", "4", "--timeout", "600s"]);
+    let mut stress = Proc::spawn(stress, &ctx.scratch, "stress-ptrace", false)?;
+    std::thread::sleep(Duration::from_secs(2));
+    if !stress.alive() {
+        stress.wait(Duration::from_secs(5))?;
+        bail!("bench: `stress-ng --ptrace 4` exited at once");
+    }
+    let loaded = start_stop_rounds(ctx, "ptrace-");
+    stress.signal(libc::SIGINT);
+    let _ = stress.wait_status(Duration::from_secs(30));
+    ss.under_ptrace_stress = Some(Box::new(loaded?));
+    Ok(ss)
+}
+
+fn start_stop_rounds(ctx: &Ctx, tag: &str) -> Result<StartStop> {
     let runs = if ctx.quick { 1 } else { 3 };
     let mut ss = StartStop::default();
     for i in 0..runs {
         let mut c = ctx.lockscope();
         c.args(["record", "--", "true"]);
         let t0 = Instant::now();
-        let mut p = Proc::spawn(c, &ctx.scratch, &format!("record-true-{i}"), false)?;
+        let mut p = Proc::spawn(c, &ctx.scratch, &format!("{tag}record-true-{i}"), false)?;
         p.wait(Duration::from_secs(120))?;
         ss.record_true_s.push(t0.elapsed().as_secs_f64());
-        let (mut serve, _) = start_serve(ctx, &format!("serve-sigterm-{i}"))?;
+
+        let (mut serve, _) = start_serve(ctx, &format!("{tag}serve-sigterm-{i}"))?;
         let t0 = Instant::now();
         serve.signal(libc::SIGTERM);
         serve.wait(Duration::from_secs(120))?;
         ss.serve_sigterm_s.push(t0.elapsed().as_secs_f64());
+
+        ss.record_sigint_s
+            .push(record_sigint(ctx, &format!("{tag}record-sigint-{i}"))?);
+        ss.top_quit_s
+            .push(top_quit(ctx, &format!("{tag}top-quit-{i}"))?);
     }
     Ok(ss)
+}
+
+/// Ctrl-C in `record -- sleep 60`: SIGINT to the whole process group once the command
+/// runs, until `record` has printed its report and exited.
+fn record_sigint(ctx: &Ctx, name: &str) -> Result<f64> {
+    use std::os::unix::process::CommandExt as _;
+    let mut c = ctx.lockscope();
+    c.args(["record", "--", "sleep", "60"]).process_group(0);
+    let mut p = Proc::spawn(c, &ctx.scratch, name, false)?;
+    let pid = p.pid;
+    proc::wait_ready(&mut p, Duration::from_secs(90), || {
+        proc::has_child_named(pid, "sleep")
+    })?;
+    // Let a status tick or two pass: Ctrl-C comes while the recording is running.
+    std::thread::sleep(Duration::from_millis(1500));
+    let t0 = Instant::now();
+    // SAFETY: kill(2) on the process group of our own child, which leads it.
+    unsafe { libc::kill(-pid, libc::SIGINT) };
+    p.wait_status(Duration::from_secs(60))?;
+    let s = t0.elapsed().as_secs_f64();
+    if !p.stdout_text().contains("lockscope") {
+        bail!(
+            "bench: `record` printed no report after Ctrl-C; its stderr ends with:\n{}",
+            p.stderr_tail()
+        );
+    }
+    Ok(s)
+}
+
+/// `q` in `lockscope top` (in a tmux pane) until the shell runs its next command.
+fn top_quit(ctx: &Ctx, name: &str) -> Result<f64> {
+    let socket = format!("lockscope-bench-{name}-{}", std::process::id());
+    let marker = ctx.scratch.join(format!("{name}.exited"));
+    let _ = std::fs::remove_file(&marker);
+    let tmux = |args: &[&str]| -> Result<std::process::Output> {
+        Command::new("tmux")
+            .args(["-L", &socket, "-f", "/dev/null"])
+            .args(args)
+            .output()
+            .context("bench: running tmux (installed by `cargo xtask setup`)")
+    };
+    let shell = format!(
+        "'{}' top --interval 500ms 2>'{}.err'; date +%s.%N >'{}'; sleep 60",
+        ctx.exe.display(),
+        ctx.scratch.join(name).display(),
+        marker.display()
+    );
+    let out = tmux(&[
+        "new-session",
+        "-d",
+        "-x",
+        "160",
+        "-y",
+        "45",
+        "-s",
+        "top",
+        &shell,
+    ])?;
+    if !out.status.success() {
+        bail!("bench: tmux new-session: {out:?}");
+    }
+    let result = (|| -> Result<f64> {
+        let deadline = Instant::now() + Duration::from_secs(90);
+        loop {
+            let screen = tmux(&["capture-pane", "-p", "-t", "top"])?;
+            if String::from_utf8_lossy(&screen.stdout).contains("tier ") {
+                break;
+            }
+            if marker.exists() || Instant::now() > deadline {
+                bail!(
+                    "bench: `lockscope top` did not start; its stderr: {}",
+                    std::fs::read_to_string(ctx.scratch.join(format!("{name}.err")))
+                        .unwrap_or_default()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        // A few refreshes with data before quitting.
+        std::thread::sleep(Duration::from_millis(1500));
+        let sent = std::time::SystemTime::now();
+        let out = tmux(&["send-keys", "-t", "top", "q"])?;
+        if !out.status.success() {
+            bail!("bench: tmux send-keys: {out:?}");
+        }
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !marker.exists() {
+            if Instant::now() > deadline {
+                bail!("bench: `lockscope top` did not exit within 60 s of `q`");
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+        let text = std::fs::read_to_string(&marker)?;
+        let back: f64 = text
+            .trim()
+            .parse()
+            .with_context(|| format!("bench: `date +%s.%N` wrote {text:?}"))?;
+        let sent = sent.duration_since(std::time::UNIX_EPOCH)?.as_secs_f64();
+        Ok((back - sent).max(0.0))
+    })();
+    let _ = tmux(&["kill-server"]);
+    result
 }
 
 /// memcached (2 worker threads) serving memcslap's gets (4 client threads): alone, while

@@ -92,6 +92,25 @@ impl Proc {
     /// Wait up to `timeout` for the child to exit; on timeout kill it (SIGKILL) and
     /// fail. A non-zero exit is an error carrying the tail of its stderr.
     pub fn wait(&mut self, timeout: Duration) -> Result<Usage> {
+        let (usage, status) = self.wait_status(timeout)?;
+        let ok = libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0;
+        if !ok {
+            let how = if libc::WIFEXITED(status) {
+                format!("exit code {}", libc::WEXITSTATUS(status))
+            } else {
+                format!("signal {}", libc::WTERMSIG(status))
+            };
+            bail!(
+                "bench: `{}` failed ({how}); its stderr ends with:\n{}",
+                self.what,
+                self.stderr_tail()
+            );
+        }
+        Ok(usage)
+    }
+
+    /// [`Proc::wait`], but any exit is fine: its usage and raw wait status.
+    pub fn wait_status(&mut self, timeout: Duration) -> Result<(Usage, i32)> {
         drop(self.stdin.take());
         let deadline = Instant::now() + timeout;
         loop {
@@ -107,20 +126,7 @@ impl Proc {
                     cpu_s: tv(ru.ru_utime) + tv(ru.ru_stime),
                     maxrss_kib: ru.ru_maxrss.max(0) as u64,
                 };
-                let ok = libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0;
-                if !ok {
-                    let how = if libc::WIFEXITED(status) {
-                        format!("exit code {}", libc::WEXITSTATUS(status))
-                    } else {
-                        format!("signal {}", libc::WTERMSIG(status))
-                    };
-                    bail!(
-                        "bench: `{}` failed ({how}); its stderr ends with:\n{}",
-                        self.what,
-                        self.stderr_tail()
-                    );
-                }
-                return Ok(usage);
+                return Ok((usage, status));
             }
             if r < 0 {
                 bail!(
@@ -140,7 +146,7 @@ impl Proc {
                     self.stderr_tail()
                 );
             }
-            std::thread::sleep(Duration::from_millis(20));
+            std::thread::sleep(Duration::from_millis(5));
         }
     }
 }
