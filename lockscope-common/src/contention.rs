@@ -450,7 +450,8 @@ pub const CNT_UNPAIRED_END: u32 = 2;
 pub const CNT_UNPAIRED_BEGIN: u32 = 3;
 /// The aggregation map was full: a whole wait was not aggregated.
 pub const CNT_LOST_STATS_FULL: u32 = 4;
-/// The per-task wait map was full: a wait was not timed.
+/// A thread's wait storage could not be made (the kernel was out of memory): a wait was
+/// not timed.
 pub const CNT_LOST_TASK_WAIT_FULL: u32 = 5;
 /// Spinning waits nested deeper than `CPU_WAIT_MAX_DEPTH` on one CPU: a wait was not timed.
 pub const CNT_LOST_CPU_NESTING: u32 = 6;
@@ -471,8 +472,9 @@ pub const CNT_STATS_CREATED: u32 = 12;
 pub const CNT_STACKS_CREATED: u32 = 13;
 /// Waits timed and counted without a stack walk (the stack budget was spent).
 pub const CNT_STACK_NOT_SAMPLED: u32 = 14;
-/// Sleeping waits put in `TASK_WAITS` (new entries) and taken out by their end: created
-/// minus ended minus the entries live is what the LRU map evicted in flight.
+/// Sleeping waits put in a thread's `TASK_WAITS` storage and taken out by their end:
+/// created minus ended minus those in progress is what went with a thread freed inside
+/// its wait.
 pub const CNT_TASK_WAITS_CREATED: u32 = 15;
 pub const CNT_TASK_WAITS_ENDED: u32 = 16;
 /// Keys created in `HOLDER_STATS` (LRU: created minus live is what it evicted).
@@ -511,7 +513,6 @@ pub const COUNTER_NAMES: [&str; COUNTERS_LEN as usize] = [
 
 /// Map sizes (entries). Userspace may override them at load.
 pub const STATS_MAX_ENTRIES: u32 = 16384;
-pub const TASK_WAIT_MAX_ENTRIES: u32 = 32768;
 pub const LOCK_INFO_MAX_ENTRIES: u32 = 16384;
 pub const TARGETS_MAX_ENTRIES: u32 = 8192;
 pub const STACKS_MAX_ENTRIES: u32 = 8192;

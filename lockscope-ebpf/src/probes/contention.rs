@@ -16,14 +16,14 @@ use aya_ebpf::{
         bpf_get_current_pid_tgid, bpf_get_current_task, bpf_get_stack, bpf_get_task_stack,
         bpf_ktime_get_ns, bpf_probe_read_kernel, bpf_probe_read_kernel_str_bytes,
     },
-    macros::{btf_tracepoint, map},
+    macros::{btf_map, btf_tracepoint, map},
     maps::{HashMap, LruHashMap, LruPerCpuHashMap, PerCpuArray},
     programs::BtfTracePointContext,
 };
 use lockscope_common::*;
 
 use crate::maps::{
-    CONFIG, count, count_n, current_is_target, current_process_comm, remember_cgroup,
+    CONFIG, TaskStorage, count, count_n, current_is_target, current_process_comm, remember_cgroup,
 };
 
 /// Finished waits, aggregated. LRU: an always-on daemon meets ever new (lock, stack,
@@ -32,11 +32,11 @@ use crate::maps::{
 static CONTENTION_STATS: LruPerCpuHashMap<ContentionKey, ContentionStats> =
     LruPerCpuHashMap::with_max_entries(STATS_MAX_ENTRIES, 0);
 
-/// Sleeping waits in progress, by thread id. LRU: a wait whose end never comes (the
-/// thread was killed) does not hold its slot forever.
-#[map]
-static TASK_WAITS: LruHashMap<u32, WaitStart> =
-    LruHashMap::with_max_entries(TASK_WAIT_MAX_ENTRIES, 0);
+/// Sleeping waits in progress, in each thread's own storage (found from the task: no
+/// hash, no lock, no eviction; freed with the thread). A slot whose `lock` is 0 holds no
+/// wait. Userspace counts the live ones with [`contention_task_iter`].
+#[btf_map]
+static TASK_WAITS: TaskStorage<WaitStart> = TaskStorage::new();
 
 /// Spinning waits in progress on each CPU: a small stack, `CPU_WAIT_DEPTH[0]` deep, of
 /// slots in `CPU_WAIT_SLOTS`. Slots are map entries (not an array inside one value) so that
@@ -168,27 +168,34 @@ fn on_begin(ctx: &BtfTracePointContext, lock: u64, flags: u32) {
     }
     // SAFETY: a BPF helper without pointer arguments.
     let now = unsafe { bpf_ktime_get_ns() };
-    let tid = bpf_get_current_pid_tgid() as u32;
 
-    let mut replaces = false;
-    // An rwsem reports one begin per wait: its earlier wait, if any, never ended, which
-    // the insert below finds without a lookup first.
     let rwsem = flags == LCB_F_READ || flags == LCB_F_WRITE;
-    if !is_spinning_wait(flags) && !rwsem {
-        // A mutex that spun first (MUTEX|SPIN) and then sleeps (MUTEX) reports a second
-        // begin for the same lock: one wait, timed from the first begin.
-        if let Some(w) = TASK_WAITS.get_ptr_mut(tid) {
-            replaces = true;
-            // SAFETY: a live map value (per-CPU: this CPU's), used before the program returns, not aliased.
-            let w = unsafe { &mut *w };
-            if w.lock == lock {
+    // A sleeping wait is kept in the thread's own storage, made on its first wait.
+    let slot = if is_spinning_wait(flags) {
+        None
+    } else {
+        let Some(w) = TASK_WAITS.current(true) else {
+            count(CNT_LOST_TASK_WAIT_FULL);
+            return;
+        };
+        // SAFETY: the current task's storage, used before the program returns; only
+        // this task's own sleeping-lock probes touch it, and they never nest.
+        let w = unsafe { &mut *w };
+        if w.lock != 0 {
+            // A mutex that spun first (MUTEX|SPIN) and then sleeps (MUTEX) reports a
+            // second begin for the same lock: one wait, timed from the first begin. An
+            // rwsem reports one begin per wait: its earlier wait never ended.
+            if !rwsem && w.lock == lock {
                 // Same lock, same owner generation.
                 w.flags = flags | (w.flags & !FLAGS_KIND_MASK);
                 return;
             }
             count(CNT_UNPAIRED_BEGIN);
+        } else {
+            count(CNT_TASK_WAITS_CREATED);
         }
-    }
+        Some(w)
+    };
 
     // The stack walk is most of a wait's cost: within the per-CPU budget only. The wait
     // itself is timed and counted either way.
@@ -206,11 +213,16 @@ fn on_begin(ctx: &BtfTracePointContext, lock: u64, flags: u32) {
     if holder as u32 != 0 && holder as u32 != HOLDER_READERS {
         remember_holder_stack(&cfg, lock, flags, holder, now);
     }
-    let Some(start) = WAIT_SCRATCH.get_ptr_mut(0) else {
-        return;
+    let start = match slot {
+        Some(w) => w,
+        None => {
+            let Some(start) = WAIT_SCRATCH.get_ptr_mut(0) else {
+                return;
+            };
+            // SAFETY: a live map value (per-CPU: this CPU's), used before the program returns, not aliased.
+            unsafe { &mut *start }
+        }
     };
-    // SAFETY: a live map value (per-CPU: this CPU's), used before the program returns, not aliased.
-    let start = unsafe { &mut *start };
     start.ts_ns = now;
     start.lock = lock;
     start.flags = flags;
@@ -239,32 +251,12 @@ fn on_begin(ctx: &BtfTracePointContext, lock: u64, flags: u32) {
             unsafe { LOCK_INFO.get(lock) }.is_some_and(|i| i.kind == LOCK_KIND_PI_LOCK);
         crate::probes::rt::on_spin_begin(index, lock, watched);
         return;
-    } else {
-        // By reference: the value is read from the scratch map instead of being copied to
-        // the stack (which is what the scratch map avoids).
-        let start: &WaitStart = start;
-        let mut inserted =
-            TASK_WAITS.insert(tid, start, if rwsem { BPF_NOEXIST as u64 } else { 0 });
-        // -EEXIST (only with BPF_NOEXIST): an rwsem wait whose end never came.
-        if inserted == Err(-17) {
-            replaces = true;
-            count(CNT_UNPAIRED_BEGIN);
-            inserted = TASK_WAITS.insert(tid, start, 0);
-        }
-        if inserted.is_err() {
-            count(CNT_LOST_TASK_WAIT_FULL);
-        } else if !replaces {
-            count(CNT_TASK_WAITS_CREATED);
-        }
     }
 
     // As above: the wait takes the lock's owner generation, written only when not 0.
     let generation = name_lock(&cfg, lock);
-    if generation != 0
-        && let Some(w) = TASK_WAITS.get_ptr_mut(tid)
-    {
-        // SAFETY: a live map value, used before the program returns, not aliased.
-        unsafe { (*w).flags |= generation << GEN_SHIFT };
+    if generation != 0 {
+        start.flags |= generation << GEN_SHIFT;
     }
 }
 
@@ -1012,14 +1004,13 @@ fn on_end(lock: u64, ret: i32) {
         }
     }
 
-    let tid = bpf_get_current_pid_tgid() as u32;
-    // SAFETY: a map value, only read, before the program returns.
-    if let Some(w) = unsafe { TASK_WAITS.get(tid) } {
-        let w = *w;
-        if w.lock == lock {
-            // Ended, even if another CPU's insert evicted the entry since the lookup:
-            // it is timed here, so it must not count as evicted.
-            let _ = TASK_WAITS.remove(tid);
+    if let Some(w) = TASK_WAITS.current(false) {
+        // SAFETY: the current task's storage, used before the program returns (see
+        // `on_begin`).
+        let slot = unsafe { &mut *w };
+        if slot.lock == lock {
+            let w = *slot;
+            slot.lock = 0;
             count(CNT_TASK_WAITS_ENDED);
             account(&w, now, ret);
             return;
@@ -1105,4 +1096,36 @@ fn account_holder(w: &WaitStart, wait: u64) {
         h.count += 1;
         h.total_ns += wait;
     }
+}
+
+/// Sleeping waits in progress: one `WaitStart` record per thread inside one, written to
+/// the iterator's file (`iter/task`), which userspace reads at each snapshot.
+#[unsafe(no_mangle)]
+#[unsafe(link_section = "iter/task")]
+pub fn contention_task_iter(ctx: *mut core::ffi::c_void) -> i32 {
+    // struct bpf_iter__task { struct bpf_iter_meta *meta; struct task_struct *task; }
+    // SAFETY: an iter/task program's context is a `bpf_iter__task`.
+    let (meta, task) = unsafe { (*(ctx as *const u64), *(ctx as *const u64).add(1)) };
+    if task == 0 || meta == 0 {
+        return 0;
+    }
+    let Some(w) = TASK_WAITS.of_task(task as *mut aya_ebpf::bindings::task_struct) else {
+        return 0;
+    };
+    // SAFETY: the task's storage, read before the program returns.
+    let wait = unsafe { *w };
+    if wait.lock != 0 {
+        // struct bpf_iter_meta { struct seq_file *seq; ... }
+        // SAFETY: `meta` is the iterator's (verifier-typed) meta pointer; `seq` is its first field.
+        let seq = unsafe { *(meta as *const u64) };
+        // SAFETY: the helper writes `size_of::<WaitStart>()` bytes from a stack copy.
+        unsafe {
+            aya_ebpf::helpers::bpf_seq_write(
+                seq as *mut aya_ebpf::bindings::seq_file,
+                core::ptr::from_ref(&wait).cast(),
+                size_of::<WaitStart>() as u32,
+            )
+        };
+    }
+    0
 }

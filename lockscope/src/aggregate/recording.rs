@@ -35,7 +35,7 @@ pub struct RawSnapshot {
     pub counters: [u64; COUNTERS_LEN as usize],
     /// Waits begun but not ended when the snapshot was taken.
     pub in_progress: u64,
-    /// Of those, the sleeping waits (entries of `TASK_WAITS`).
+    /// Of those, the sleeping waits (threads' `TASK_WAITS` storage in use).
     pub task_waits_live: u64,
     /// User-space locks: the futex probes' aggregates.
     pub futex: FutexSnapshot,
@@ -112,10 +112,11 @@ pub fn evicted(created: u64, live: usize) -> u64 {
     created.saturating_sub(live as u64)
 }
 
-/// Sleeping waits evicted from `TASK_WAITS` before they ended: never timed (their ends
-/// count as unpaired). Exact once the probes are detached; while they run, waits that
-/// begin or end between the counters' read and the map's (microseconds apart) may
-/// move it by that many (the session reports it monotonically).
+/// Sleeping waits whose thread's `TASK_WAITS` storage went before they ended (the
+/// thread was freed inside the wait): never timed. Exact once the probes are detached;
+/// while they run, waits that begin or end between the counters' read and the task
+/// walk (microseconds apart) may move it by that many (the session reports it
+/// monotonically).
 pub fn task_waits_evicted(raw: &RawSnapshot) -> u64 {
     let c = &raw.counters;
     c[lockscope_common::CNT_TASK_WAITS_CREATED as usize]

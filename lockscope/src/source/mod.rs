@@ -140,6 +140,10 @@ pub fn thread_comm(tgid: u32, tid: u32) -> Option<String> {
 /// The contention probes' aggregates: counters, waits, lock names, process names,
 /// holders, runqueue locks and the waits in flight (stacks are read apart:
 /// [`read_stacks`]).
+/// Counts the sleeping waits in progress (each thread's `TASK_WAITS` storage): one
+/// `WaitStart` record per thread inside a wait.
+pub const CONTENTION_TASK_ITER: &str = "contention_task_iter";
+
 pub fn read_contention(ebpf: &Ebpf, raw: &mut RawSnapshot) -> anyhow::Result<()> {
     raw.counters = read_counters(ebpf)?;
     // Whole-map reads in batches (see `batch`): a few syscalls per map, not two per entry.
@@ -182,7 +186,7 @@ pub fn read_contention(ebpf: &Ebpf, raw: &mut RawSnapshot) -> anyhow::Result<()>
         .filter(|&(_, &addr)| addr != 0)
         .map(|(cpu, &addr)| (addr, cpu as u32))
         .collect();
-    let waiting = batch::hash_entries::<u32, WaitStart>(ebpf, "TASK_WAITS")?.len();
+    let waiting = iter::read_task_iter(ebpf, CONTENTION_TASK_ITER)?.len() / size_of::<WaitStart>();
     let cpu_depth: PerCpuArray<&MapData, u32> =
         PerCpuArray::try_from(ebpf.map("CPU_WAIT_DEPTH").context("CPU_WAIT_DEPTH map")?)?;
     let spinning: u64 = cpu_depth.get(&0, 0)?.iter().map(|&d| d as u64).sum();
