@@ -406,11 +406,12 @@ pub const HOLDERS_MAX_ENTRIES: u32 = 16384;
 pub const STACK_NOT_SAMPLED: u64 = u64::MAX;
 
 /// Stack walks per CPU per second the default budget allows, and its burst. A walk costs
-/// about 3.6 us of kernel time on the test machines (`cargo xtask bench`), so the default
-/// spends at most ~0.1% of each CPU on walks; below 250 contended waits a second per CPU
-/// every wait's stack is walked.
-pub const STACK_WALKS_PER_CPU_S: u64 = 250;
-pub const STACK_WALK_BURST: u64 = 200;
+/// about 2 us of kernel time when walks are frequent and 10-25 us when they are as sparse
+/// as this budget keeps them (the unwinder's tables are no longer in the caches; measured
+/// under mmap-churn on the test machines), so the default spends at most ~0.1% of each
+/// CPU on walks; below 50 contended waits a second per CPU every wait's stack is walked.
+pub const STACK_WALKS_PER_CPU_S: u64 = 50;
+pub const STACK_WALK_BURST: u64 = 20;
 
 /// Per-CPU state of the stack budget.
 #[repr(C)]
