@@ -129,9 +129,11 @@ pub struct LockEntry {
     /// proxy; contention waits alone undercount).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wait_task: Option<super::pi_lock::WaitTaskProxy>,
-    /// Deep spinlock tier entries (watched locks): `tier` and `hold`.
+    /// Deep spinlock tier entries (watched locks): `tier` and `hold`. Boxed: few entries
+    /// have one, and inline it would be a third of every entry's size (a daemon holds
+    /// tens of thousands of entries).
     #[serde(flatten, default, skip_serializing_if = "Option::is_none")]
-    pub spin: Option<super::spin::SpinDetail>,
+    pub spin: Option<Box<super::spin::SpinDetail>>,
     /// Sleeping locks whose word names its holder (mutex, rwsem, rtmutex): who held the
     /// lock while these waits waited.
     #[serde(flatten, default, skip_serializing_if = "Option::is_none")]

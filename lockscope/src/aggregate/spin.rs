@@ -190,10 +190,10 @@ pub fn deep_entries(
     }
     for e in &mut entries {
         let addr = super::model::parse_lock_addr(&e.addr).map_or(0, |(a, _)| a);
-        e.spin = Some(SpinDetail {
+        e.spin = Some(Box::new(SpinDetail {
             tier: "deep".into(),
             hold: hold_available.then(|| holds.get(&addr).cloned().unwrap_or_default()),
-        });
+        }));
     }
     entries
 }
