@@ -49,6 +49,11 @@ struct Published {
 
 type Shared = Arc<Mutex<Published>>;
 
+/// The pthread ring buffer of an always-on daemon: a quarter of `record`'s. The reader
+/// thread drains it as waits arrive, so it only absorbs bursts (about 2,500 waits here);
+/// a burst past it is counted (`pthread_ring_full`). `record` keeps the larger one.
+const SERVE_PTHREAD_RING_BYTES: u32 = 2 << 20;
+
 /// Why serving stopped.
 enum Stop {
     Signal(&'static str),
@@ -127,6 +132,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
             mmap_trylocks: settings.probes.kernel_locks
                 && settings.probes.rwsem_events
                 && settings.probes.mmap_trylocks,
+            pthread_ring_bytes: SERVE_PTHREAD_RING_BYTES,
             ..LoadOptions::new(settings.target.clone(), Some(settings.load_types()))
         },
         describe_target(&settings.target),

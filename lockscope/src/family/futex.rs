@@ -57,6 +57,8 @@ pub fn wants_futex(types: &Option<Vec<LockType>>) -> bool {
 pub struct Futex {
     wanted: bool,
     cpus: u32,
+    /// `LoadOptions::pthread_ring_bytes`.
+    ring_bytes: u32,
     /// The futex probes are attached (user-space locks are recorded).
     pub enabled: bool,
     /// Futex tracepoints this kernel lacks (not attached), e.g. `sys_enter_futex_waitv`.
@@ -144,12 +146,16 @@ impl Family for Futex {
             .as_ref()
             .map(|ts| ts.iter().copied().filter(|t| t.is_user()).collect());
         self.cpus = aya::util::nr_cpus().map(|n| n as u32).unwrap_or(1);
+        self.ring_bytes = cx.opts.pthread_ring_bytes;
         Ok(())
     }
 
     fn globals(&self, out: &mut Globals) {
         out.map_sizes
             .push(("FUTEX_STATS", futex_stats_entries(self.cpus)));
+        if self.ring_bytes != 0 {
+            out.map_sizes.push(("PTHREAD_EVENTS", self.ring_bytes));
+        }
         out.set("PTHREAD_CONFIG", &pthread_config(self.wanted));
         out.set("FUTEX_RESTART_NR", &(libc::SYS_restart_syscall as i32));
     }

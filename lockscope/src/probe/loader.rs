@@ -146,6 +146,10 @@ pub struct LoadOptions {
     /// `mmap_lock_acquire_returned`: a program on every mmap_lock acquisition, contended
     /// or not, so only on request.
     pub mmap_trylocks: bool,
+    /// Bytes of the ring buffer pthread waits travel through to their unwinding (a power
+    /// of two, a multiple of the page size). Mapped twice into lockscope (for records
+    /// that wrap), so its RSS counts it twice.
+    pub pthread_ring_bytes: u32,
 }
 
 impl LoadOptions {
@@ -156,6 +160,7 @@ impl LoadOptions {
             types,
             stack_walks_per_cpu_s: STACK_WALKS_PER_CPU_S,
             mmap_trylocks: false,
+            pthread_ring_bytes: lockscope_common::PTHREAD_EVENTS_BYTES,
         }
     }
 }
