@@ -558,7 +558,8 @@ fn record_sigint(ctx: &Ctx, name: &str) -> Result<f64> {
     unsafe { libc::kill(-pid, libc::SIGINT) };
     p.wait_status(Duration::from_secs(60))?;
     let s = t0.elapsed().as_secs_f64();
-    if !p.stdout_text().contains("lockscope") {
+    // The report's summary line.
+    if !p.stdout_text().contains("tier: ") {
         bail!(
             "bench: `record` printed no report after Ctrl-C; its stderr ends with:\n{}",
             p.stderr_tail()
