@@ -534,8 +534,17 @@ fn start_stop_rounds(ctx: &Ctx, tag: &str) -> Result<StartStop> {
 
         ss.record_sigint_s
             .push(record_sigint(ctx, &format!("{tag}record-sigint-{i}"))?);
-        ss.top_quit_s
-            .push(top_quit(ctx, &format!("{tag}top-quit-{i}"))?);
+        // One run without a screen is the verdict: the later ones would take as long.
+        if ss.top_no_screen > 0 {
+            continue;
+        }
+        match top_quit(ctx, &format!("{tag}top-quit-{i}"))? {
+            TopRun::Quit { start_s, quit_s } => {
+                ss.top_start_s.push(start_s);
+                ss.top_quit_s.push(quit_s);
+            }
+            TopRun::NoScreen => ss.top_no_screen += 1,
+        }
     }
     Ok(ss)
 }
@@ -568,78 +577,142 @@ fn record_sigint(ctx: &Ctx, name: &str) -> Result<f64> {
     Ok(s)
 }
 
-/// `q` in `lockscope top` (in a tmux pane) until the shell runs its next command.
-fn top_quit(ctx: &Ctx, name: &str) -> Result<f64> {
-    let socket = format!("lockscope-bench-{name}-{}", std::process::id());
-    let marker = ctx.scratch.join(format!("{name}.exited"));
-    let _ = std::fs::remove_file(&marker);
-    let tmux = |args: &[&str]| -> Result<std::process::Output> {
-        Command::new("tmux")
-            .args(["-L", &socket, "-f", "/dev/null"])
-            .args(args)
-            .output()
-            .context("bench: running tmux (installed by `cargo xtask setup`)")
+/// `q` in `lockscope top` until it has restored the terminal and exited (the shell is
+/// back then). `top` runs on a pseudo-terminal of our own; tmux is not used here
+/// because starting a tmux session beside `stress-ng --ptrace` took minutes even
+/// without lockscope.
+enum TopRun {
+    /// Seconds to the first screen, and from `q` to the exit.
+    Quit { start_s: f64, quit_s: f64 },
+    /// No screen within [`TOP_START_LIMIT`] (killed then).
+    NoScreen,
+}
+
+const TOP_START_LIMIT: Duration = Duration::from_secs(120);
+
+fn top_quit(ctx: &Ctx, name: &str) -> Result<TopRun> {
+    use std::io::{Read as _, Write as _};
+    use std::os::fd::{FromRawFd as _, OwnedFd};
+    use std::os::unix::process::CommandExt as _;
+    let (mut master, mut slave) = (0, 0);
+    let ws = libc::winsize {
+        ws_row: 45,
+        ws_col: 160,
+        ws_xpixel: 0,
+        ws_ypixel: 0,
     };
-    let shell = format!(
-        "'{}' top --interval 500ms 2>'{}.err'; date +%s.%N >'{}'; sleep 60",
-        ctx.exe.display(),
-        ctx.scratch.join(name).display(),
-        marker.display()
-    );
-    let out = tmux(&[
-        "new-session",
-        "-d",
-        "-x",
-        "160",
-        "-y",
-        "45",
-        "-s",
-        "top",
-        &shell,
-    ])?;
-    if !out.status.success() {
-        bail!("bench: tmux new-session: {out:?}");
+    // SAFETY: openpty writes two descriptors; null name and termios, a valid winsize.
+    if unsafe {
+        libc::openpty(
+            &mut master,
+            &mut slave,
+            std::ptr::null_mut(),
+            std::ptr::null(),
+            &ws,
+        )
+    } != 0
+    {
+        bail!("bench: openpty: {}", std::io::Error::last_os_error());
     }
-    let result = (|| -> Result<f64> {
-        let deadline = Instant::now() + Duration::from_secs(90);
-        loop {
-            let screen = tmux(&["capture-pane", "-p", "-t", "top"])?;
-            if String::from_utf8_lossy(&screen.stdout).contains("tier ") {
-                break;
+    // SAFETY: descriptors openpty just gave us, owned by no one else.
+    let (master, slave) = unsafe { (OwnedFd::from_raw_fd(master), OwnedFd::from_raw_fd(slave)) };
+    let err = ctx.scratch.join(format!("{name}.err"));
+    let mut c = ctx.lockscope();
+    c.args(["top", "--interval", "500ms"])
+        .env("TERM", "xterm-256color")
+        .stdin(std::process::Stdio::from(slave.try_clone()?))
+        .stdout(std::process::Stdio::from(slave.try_clone()?))
+        .stderr(std::fs::File::create(&err)?);
+    // SAFETY: only async-signal-safe calls between fork and exec: a new session whose
+    // controlling terminal is the pseudo-terminal on stdin.
+    unsafe {
+        c.pre_exec(|| {
+            if libc::setsid() < 0 || libc::ioctl(0, libc::TIOCSCTTY, 0) < 0 {
+                return Err(std::io::Error::last_os_error());
             }
-            if marker.exists() || Instant::now() > deadline {
+            Ok(())
+        });
+    }
+    let mut child = c
+        .spawn()
+        .context("bench: could not start `lockscope top`")?;
+    // Only the child holds the terminal now (the reader sees EIO once it exits).
+    drop(c);
+    drop(slave);
+    let screen = std::sync::Arc::new(std::sync::Mutex::new(Vec::<u8>::new()));
+    let reader = {
+        let screen = screen.clone();
+        let mut m = std::fs::File::from(master.try_clone()?);
+        let mut answer = std::fs::File::from(master.try_clone()?);
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 8192];
+            let query = b"\x1b[6n";
+            // Ends at EIO once the last holder of the terminal is gone.
+            while let Ok(n) = m.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                // Answer cursor position queries as a terminal would.
+                for _ in buf[..n].windows(query.len()).filter(|w| w == query) {
+                    let _ = answer.write_all(b"\x1b[1;1R");
+                }
+                screen.lock().unwrap().extend_from_slice(&buf[..n]);
+            }
+        })
+    };
+    let started = Instant::now();
+    let result = (|| -> Result<TopRun> {
+        let deadline = started + TOP_START_LIMIT;
+        let tier = b"tier";
+        while !screen
+            .lock()
+            .unwrap()
+            .windows(tier.len())
+            .any(|w| w == tier)
+        {
+            if child.try_wait()?.is_some() {
                 bail!(
-                    "bench: `lockscope top` did not start; its stderr: {}",
-                    std::fs::read_to_string(ctx.scratch.join(format!("{name}.err")))
-                        .unwrap_or_default()
+                    "bench: `lockscope top` exited before its first screen; its stderr: {}",
+                    std::fs::read_to_string(&err).unwrap_or_default()
                 );
             }
-            std::thread::sleep(Duration::from_millis(50));
+            if Instant::now() > deadline {
+                println!("        `lockscope top` drew no screen within {TOP_START_LIMIT:?}");
+                let _ = child.kill();
+                return Ok(TopRun::NoScreen);
+            }
+            std::thread::sleep(Duration::from_millis(20));
         }
+        let start_s = started.elapsed().as_secs_f64();
         // A few refreshes with data before quitting.
         std::thread::sleep(Duration::from_millis(1500));
-        let sent = std::time::SystemTime::now();
-        let out = tmux(&["send-keys", "-t", "top", "q"])?;
-        if !out.status.success() {
-            bail!("bench: tmux send-keys: {out:?}");
-        }
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while !marker.exists() {
+        let mut m = std::fs::File::from(master.try_clone()?);
+        let t0 = Instant::now();
+        m.write_all(b"q")?;
+        let deadline = t0 + Duration::from_secs(60);
+        loop {
+            if let Some(status) = child.try_wait()? {
+                let s = t0.elapsed().as_secs_f64();
+                if !status.success() {
+                    bail!(
+                        "bench: `lockscope top` exited with {status} after q; its stderr: {}",
+                        std::fs::read_to_string(&err).unwrap_or_default()
+                    );
+                }
+                return Ok(TopRun::Quit { start_s, quit_s: s });
+            }
             if Instant::now() > deadline {
                 bail!("bench: `lockscope top` did not exit within 60 s of `q`");
             }
-            std::thread::sleep(Duration::from_millis(5));
+            std::thread::sleep(Duration::from_millis(2));
         }
-        std::thread::sleep(Duration::from_millis(20));
-        let text = std::fs::read_to_string(&marker)?;
-        let back: f64 = text
-            .trim()
-            .parse()
-            .with_context(|| format!("bench: `date +%s.%N` wrote {text:?}"))?;
-        let sent = sent.duration_since(std::time::UNIX_EPOCH)?.as_secs_f64();
-        Ok((back - sent).max(0.0))
     })();
-    let _ = tmux(&["kill-server"]);
+    if result.is_err() {
+        let _ = child.kill();
+    }
+    let _ = child.wait();
+    drop(master);
+    let _ = reader.join();
     result
 }
 
