@@ -187,4 +187,39 @@ impl<T> TaskStorage<T> {
         };
         (!p.is_null()).then_some(p.cast())
     }
+
+    /// The body of an `iter/task` program: write the value of the task in the iterator's
+    /// context (`struct bpf_iter__task`) to the iterator's file when `live` says it holds
+    /// something. Userspace reads the records back to back.
+    #[inline(always)]
+    pub fn write_live(&self, ctx: *mut core::ffi::c_void, live: impl Fn(&T) -> bool)
+    where
+        T: Copy,
+    {
+        // struct bpf_iter__task { struct bpf_iter_meta *meta; struct task_struct *task; }
+        // SAFETY: an iter/task program's context is a `bpf_iter__task`.
+        let (meta, task) = unsafe { (*(ctx as *const u64), *(ctx as *const u64).add(1)) };
+        if task == 0 || meta == 0 {
+            return;
+        }
+        let Some(v) = self.of_task(task as *mut aya_ebpf::bindings::task_struct) else {
+            return;
+        };
+        // SAFETY: the task's storage, read before the program returns.
+        let value = unsafe { *v };
+        if live(&value) {
+            // struct bpf_iter_meta { struct seq_file *seq; ... }
+            // SAFETY: `meta` is the iterator's (verifier-typed) meta pointer; `seq` is its
+            // first field.
+            let seq = unsafe { *(meta as *const u64) };
+            // SAFETY: the helper writes `size_of::<T>()` bytes from a stack copy.
+            unsafe {
+                aya_ebpf::helpers::bpf_seq_write(
+                    seq as *mut aya_ebpf::bindings::seq_file,
+                    core::ptr::from_ref(&value).cast(),
+                    size_of::<T>() as u32,
+                )
+            };
+        }
+    }
 }

@@ -151,7 +151,7 @@ pub fn contention_end(ctx: BtfTracePointContext) -> i32 {
 fn on_begin(ctx: &BtfTracePointContext, lock: u64, flags: u32) {
     if flags == LCB_F_READ || flags == LCB_F_WRITE {
         // Before any filter: the rwsem deep tier needs every queueing of its slowpaths.
-        crate::probes::rwsem::on_contention_begin(bpf_get_current_pid_tgid() as u32, lock);
+        crate::probes::rwsem::on_contention_begin(lock);
     }
     let cfg = CONFIG.load();
     learn_rq_lock(&cfg);
@@ -1103,29 +1103,6 @@ fn account_holder(w: &WaitStart, wait: u64) {
 #[unsafe(no_mangle)]
 #[unsafe(link_section = "iter/task")]
 pub fn contention_task_iter(ctx: *mut core::ffi::c_void) -> i32 {
-    // struct bpf_iter__task { struct bpf_iter_meta *meta; struct task_struct *task; }
-    // SAFETY: an iter/task program's context is a `bpf_iter__task`.
-    let (meta, task) = unsafe { (*(ctx as *const u64), *(ctx as *const u64).add(1)) };
-    if task == 0 || meta == 0 {
-        return 0;
-    }
-    let Some(w) = TASK_WAITS.of_task(task as *mut aya_ebpf::bindings::task_struct) else {
-        return 0;
-    };
-    // SAFETY: the task's storage, read before the program returns.
-    let wait = unsafe { *w };
-    if wait.lock != 0 {
-        // struct bpf_iter_meta { struct seq_file *seq; ... }
-        // SAFETY: `meta` is the iterator's (verifier-typed) meta pointer; `seq` is its first field.
-        let seq = unsafe { *(meta as *const u64) };
-        // SAFETY: the helper writes `size_of::<WaitStart>()` bytes from a stack copy.
-        unsafe {
-            aya_ebpf::helpers::bpf_seq_write(
-                seq as *mut aya_ebpf::bindings::seq_file,
-                core::ptr::from_ref(&wait).cast(),
-                size_of::<WaitStart>() as u32,
-            )
-        };
-    }
+    TASK_WAITS.write_live(ctx, |w| w.lock != 0);
     0
 }

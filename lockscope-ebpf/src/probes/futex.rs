@@ -675,29 +675,6 @@ fn account(call: &FutexCall, ret: i64, now: u64, unpaired: bool) {
 #[unsafe(no_mangle)]
 #[unsafe(link_section = "iter/task")]
 pub fn futex_task_iter(ctx: *mut core::ffi::c_void) -> i32 {
-    // struct bpf_iter__task { struct bpf_iter_meta *meta; struct task_struct *task; }
-    // SAFETY: an iter/task program's context is a `bpf_iter__task`.
-    let (meta, task) = unsafe { (*(ctx as *const u64), *(ctx as *const u64).add(1)) };
-    if task == 0 || meta == 0 {
-        return 0;
-    }
-    let Some(c) = FUTEX_CALLS.of_task(task as *mut aya_ebpf::bindings::task_struct) else {
-        return 0;
-    };
-    // SAFETY: the task's storage, read before the program returns.
-    let call = unsafe { *c };
-    if call.ts_ns != 0 {
-        // struct bpf_iter_meta { struct seq_file *seq; ... }
-        // SAFETY: `meta` is the iterator's (verifier-typed) meta pointer; `seq` is its first field.
-        let seq = unsafe { *(meta as *const u64) };
-        // SAFETY: the helper writes `size_of::<FutexCall>()` bytes from a stack copy.
-        unsafe {
-            aya_ebpf::helpers::bpf_seq_write(
-                seq as *mut aya_ebpf::bindings::seq_file,
-                core::ptr::from_ref(&call).cast(),
-                size_of::<FutexCall>() as u32,
-            )
-        };
-    }
+    FUTEX_CALLS.write_live(ctx, |c| c.ts_ns != 0);
     0
 }

@@ -206,13 +206,13 @@ fn slowpath_exit(ret: u64, side: u32) {
 /// Called by `contention_begin` for every begin: marks the current task's slowpath on
 /// this lock as queued. A writer queues only after its optimistic spin failed.
 #[inline(always)]
-pub fn on_contention_begin(tid: u32, lock: u64) {
+pub fn on_contention_begin(lock: u64) {
     // Only the deep tier's slowpath hooks fill `SLOWPATHS`: without them (the
     // tracepoint tier), one array read instead of a hash lookup per rwsem wait.
     if hooks() & (HOOK_READ_SLOWPATH | HOOK_WRITE_SLOWPATH) == 0 {
         return;
     }
-    let Some(w) = SLOWPATHS.get_ptr_mut(tid) else {
+    let Some(w) = SLOWPATHS.get_ptr_mut(bpf_get_current_pid_tgid() as u32) else {
         return;
     };
     // SAFETY: a live map value (per-CPU: this CPU's), used before the program returns, not aliased.

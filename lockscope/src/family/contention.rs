@@ -173,17 +173,8 @@ impl Family for Contention {
         fill_cache_idents(cx.ebpf, &self.lock_types)?;
         // The sleeping waits in progress are in the threads' storage, counted by a task
         // iterator at each snapshot: loaded first, so that a refusal attaches nothing.
-        let it: &mut aya::programs::Iter = cx
-            .ebpf
-            .program_mut(source::CONTENTION_TASK_ITER)
-            .with_context(|| {
-                format!(
-                    "program {} missing from the eBPF object",
-                    source::CONTENTION_TASK_ITER
-                )
-            })?
-            .try_into()?;
-        it.load("task", cx.btf)
+        source::iter::task_iter(cx.ebpf, source::CONTENTION_TASK_ITER)?
+            .load("task", cx.btf)
             .context("loading the task iterator that counts the sleeping waits in progress")?;
         cx.group(&CONTENTION)?;
         cx.group(&EXEC_NAMES)?;

@@ -101,14 +101,9 @@ impl Futex {
         }
         // The calls in flight are in the threads' storage, counted by a task iterator at
         // each snapshot: loaded first, so that a kernel refusing it leaves nothing attached.
-        let it: &mut aya::programs::Iter = cx
-            .ebpf
-            .program_mut(FUTEX_TASK_ITER)
-            .ok_or_else(|| {
-                anyhow::anyhow!("program {FUTEX_TASK_ITER} missing from the eBPF object")
-            })?
-            .try_into()?;
-        if let Err(e) = it.load("task", cx.btf) {
+        if let Err(e) =
+            crate::source::iter::task_iter(cx.ebpf, FUTEX_TASK_ITER)?.load("task", cx.btf)
+        {
             cx.notes.push(format!(
                 "user-space locks (futexes) are not traced: the kernel refused the futex \
                  probes' task iterator ({}); kernel locks are recorded",
@@ -153,9 +148,7 @@ impl Family for Futex {
     fn globals(&self, out: &mut Globals) {
         out.map_sizes
             .push(("FUTEX_STATS", futex_stats_entries(self.cpus)));
-        if self.ring_bytes != 0 {
-            out.map_sizes.push(("PTHREAD_EVENTS", self.ring_bytes));
-        }
+        out.map_sizes.push(("PTHREAD_EVENTS", self.ring_bytes));
         out.set("PTHREAD_CONFIG", &pthread_config(self.wanted));
         out.set("FUTEX_RESTART_NR", &(libc::SYS_restart_syscall as i32));
     }

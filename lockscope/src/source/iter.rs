@@ -43,6 +43,15 @@ fn bpf(cmd: libc::c_long, attr: &mut Attr) -> std::io::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
 }
 
+/// Task iterator program `prog` of the object, to load (`load("task", btf)`) before the
+/// first [`read_task_iter`].
+pub fn task_iter<'a>(ebpf: &'a mut Ebpf, prog: &str) -> anyhow::Result<&'a mut Iter> {
+    Ok(ebpf
+        .program_mut(prog)
+        .ok_or_else(|| anyhow!("program {prog} missing from the eBPF object"))?
+        .try_into()?)
+}
+
 /// Run the (loaded) task iterator `prog` once and return what it wrote.
 pub fn read_task_iter(ebpf: &Ebpf, prog: &str) -> anyhow::Result<Vec<u8>> {
     let it: &Iter = ebpf

@@ -137,13 +137,13 @@ pub fn thread_comm(tgid: u32, tid: u32) -> Option<String> {
     proc_comm(&format!("/proc/{tgid}/task/{tid}/comm"))
 }
 
-/// The contention probes' aggregates: counters, waits, lock names, process names,
-/// holders, runqueue locks and the waits in flight (stacks are read apart:
-/// [`read_stacks`]).
 /// Counts the sleeping waits in progress (each thread's `TASK_WAITS` storage): one
 /// `WaitStart` record per thread inside a wait.
 pub const CONTENTION_TASK_ITER: &str = "contention_task_iter";
 
+/// The contention probes' aggregates: counters, waits, lock names, process names,
+/// holders, runqueue locks and the waits in flight (stacks are read apart:
+/// [`read_stacks`]).
 pub fn read_contention(ebpf: &Ebpf, raw: &mut RawSnapshot) -> anyhow::Result<()> {
     raw.counters = read_counters(ebpf)?;
     // Whole-map reads in batches (see `batch`): a few syscalls per map, not two per entry.
