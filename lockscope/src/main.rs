@@ -9,7 +9,9 @@ fn main() -> std::process::ExitCode {
     match result {
         Ok(code) => code,
         Err(err) => {
-            eprintln!("lockscope: {err:#}");
+            // Not eprintln!, which panics when standard error is gone (a hung-up terminal).
+            use std::io::Write as _;
+            let _ = writeln!(std::io::stderr(), "lockscope: {err:#}");
             std::process::ExitCode::FAILURE
         }
     }

@@ -688,3 +688,113 @@ fn top_cgroups_view_shows_the_workloads_cgroup() {
     tmux.send(&["q"]);
     tmux.wait_for("top to exit", 15, |s| s.contains("top exited: 0"));
 }
+
+/// The terminal goes away under a running live view (its window closed, its tmux server
+/// or ssh connection killed): top ends at once and leaves nothing loaded, whether it
+/// leads the terminal's session (the kernel sends SIGHUP) or not (the terminal only
+/// hangs up). Crossterm's reader spins forever on a hung-up terminal, which once left a
+/// top behind using a whole CPU and deaf to SIGTERM.
+#[test]
+fn top_ends_when_its_terminal_hangs_up() {
+    use std::os::fd::{FromRawFd as _, OwnedFd};
+    use std::os::unix::process::CommandExt as _;
+    let _serial = serial();
+    require_root();
+    let watch = ProgramWatch::start();
+    for leader in [true, false] {
+        let (mut master, mut slave) = (0, 0);
+        let ws = libc::winsize {
+            ws_row: 45,
+            ws_col: 160,
+            ws_xpixel: 0,
+            ws_ypixel: 0,
+        };
+        // SAFETY: openpty writes two descriptors; null name and termios, a valid winsize.
+        let rc = unsafe {
+            libc::openpty(
+                &mut master,
+                &mut slave,
+                std::ptr::null_mut(),
+                std::ptr::null(),
+                &ws,
+            )
+        };
+        assert_eq!(rc, 0, "openpty: {}", std::io::Error::last_os_error());
+        // Not inherited by top: a child holding the master would keep the terminal up.
+        for fd in [master, slave] {
+            // SAFETY: fcntl on descriptors we own.
+            let rc = unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
+            assert_eq!(rc, 0);
+        }
+        // SAFETY: descriptors openpty just gave us, owned by no one else.
+        let (master, slave) =
+            unsafe { (OwnedFd::from_raw_fd(master), OwnedFd::from_raw_fd(slave)) };
+        let err = scratch("top-hangup").join(format!("leader-{leader}.err"));
+        let mut c = Command::new(bin());
+        c.args(["top", "--interval", "500ms"])
+            .env("TERM", "xterm-256color")
+            .stdin(Stdio::from(slave.try_clone().unwrap()))
+            .stdout(Stdio::from(slave.try_clone().unwrap()))
+            .stderr(std::fs::File::create(&err).unwrap());
+        if leader {
+            // SAFETY: only async-signal-safe calls between fork and exec.
+            unsafe {
+                c.pre_exec(|| {
+                    if libc::setsid() < 0 || libc::ioctl(0, libc::TIOCSCTTY, 0) < 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    Ok(())
+                });
+            }
+        }
+        let child = Killed(c.spawn().unwrap());
+        drop(c);
+        drop(slave);
+        // Read the screen until the first frame, answering cursor position queries.
+        let mut screen = Vec::new();
+        let mut m = std::fs::File::from(master.try_clone().unwrap());
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !String::from_utf8_lossy(&screen).contains("tier") {
+            assert!(Instant::now() < deadline, "leader {leader}: no screen");
+            let mut p = libc::pollfd {
+                fd: std::os::fd::AsRawFd::as_raw_fd(&m),
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            // SAFETY: one valid pollfd.
+            if unsafe { libc::poll(&mut p, 1, 100) } > 0 {
+                let mut buf = [0u8; 65536];
+                let n = std::io::Read::read(&mut m, &mut buf).unwrap();
+                if buf[..n].windows(4).any(|w| w == b"\x1b[6n") {
+                    m.write_all(b"\x1b[1;1R").unwrap();
+                }
+                screen.extend_from_slice(&buf[..n]);
+            }
+        }
+        drop(m);
+        drop(master);
+        let hung_up = Instant::now();
+        let mut child = child;
+        let status = loop {
+            if let Some(s) = child.0.try_wait().unwrap() {
+                break s;
+            }
+            assert!(
+                hung_up.elapsed() < Duration::from_secs(10),
+                "leader {leader}: top still running 10 s after its terminal hung up"
+            );
+            thread::sleep(Duration::from_millis(10));
+        };
+        let text = std::fs::read_to_string(&err).unwrap();
+        assert!(
+            status.success(),
+            "leader {leader}: {status}; stderr: {text}"
+        );
+        assert!(!text.contains("panicked"), "leader {leader}: {text}");
+        println!(
+            "leader {leader}: exited {:.2} s after the hang-up",
+            hung_up.elapsed().as_secs_f64()
+        );
+    }
+    watch.assert_none_left();
+}

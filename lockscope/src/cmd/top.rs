@@ -1,6 +1,10 @@
 //! `lockscope top`: the live view, fed by a local session or a running `lockscope serve`.
 
-use std::{io::IsTerminal as _, path::Path, time::Duration};
+use std::{
+    io::{IsTerminal as _, Write as _},
+    path::Path,
+    time::Duration,
+};
 
 use anyhow::bail;
 
@@ -43,8 +47,9 @@ pub fn run(args: TopArgs) -> anyhow::Result<std::process::ExitCode> {
             tui::run(&mut feed, args.interval)?;
             feed.0.stop();
             // After the screen is restored: what this run could not trace.
+            // Not eprintln!: the terminal may have hung up.
             for note in notes {
-                eprintln!("lockscope: note: {note}");
+                let _ = writeln!(std::io::stderr(), "lockscope: note: {note}");
             }
         }
     }

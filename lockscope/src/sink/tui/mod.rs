@@ -15,7 +15,10 @@ pub mod rt;
 pub mod terminal;
 pub mod ui;
 
-use std::time::{Duration, Instant};
+use std::{
+    io::Write as _,
+    time::{Duration, Instant},
+};
 
 use crate::aggregate::Recording;
 use app::{Action, App, SourceInfo};
@@ -59,6 +62,8 @@ pub fn run(feed: &mut dyn Feed, interval: Duration) -> anyhow::Result<()> {
                 terminated = Some(sig);
                 break;
             }
+            // Nothing to restore or tell on a terminal that is gone: just stop.
+            Some(Event::HungUp) => break,
             None => {
                 if !app.paused {
                     match feed.next() {
@@ -78,7 +83,8 @@ pub fn run(feed: &mut dyn Feed, interval: Duration) -> anyhow::Result<()> {
     drop(events);
     drop(tui);
     if let Some(sig) = terminated {
-        eprintln!("lockscope: {sig}: live view stopped");
+        // Not eprintln!: after SIGHUP the terminal may be gone, and that would panic.
+        let _ = writeln!(std::io::stderr(), "lockscope: {sig}: live view stopped");
     }
     Ok(())
 }

@@ -7,6 +7,7 @@
 
 use std::{
     io::{self, BufWriter, Stdout, Write as _},
+    mem::ManuallyDrop,
     sync::{
         Once,
         atomic::{AtomicBool, Ordering},
@@ -35,7 +36,8 @@ static ACTIVE: AtomicBool = AtomicBool::new(false);
 
 /// The live terminal. Dropping it restores the terminal.
 pub struct Tui {
-    pub terminal: Terminal<Backend>,
+    /// Dropped by hand: see `Drop for Tui`.
+    pub terminal: ManuallyDrop<Terminal<Backend>>,
 }
 
 impl Tui {
@@ -64,7 +66,9 @@ pub fn enter() -> anyhow::Result<Tui> {
         Ok(t)
     };
     match setup() {
-        Ok(terminal) => Ok(Tui { terminal }),
+        Ok(terminal) => Ok(Tui {
+            terminal: ManuallyDrop::new(terminal),
+        }),
         Err(e) => {
             restore();
             Err(anyhow::anyhow!("cannot use this terminal: {e}"))
@@ -95,6 +99,14 @@ fn install_panic_hook() {
 
 impl Drop for Tui {
     fn drop(&mut self) {
+        // ratatui's own drop shows the cursor, and when that fails prints why with
+        // eprintln!, which panics on a terminal that hung up. Show it here instead; if
+        // the terminal is gone, its Terminal is left undropped (the process is ending).
+        let shown = self.terminal.show_cursor().is_ok();
         restore();
+        if shown {
+            // SAFETY: dropped once, here; `self.terminal` is not used after this.
+            unsafe { ManuallyDrop::drop(&mut self.terminal) };
+        }
     }
 }
