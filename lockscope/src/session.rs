@@ -73,6 +73,10 @@ impl Session {
             pids.iter()
                 .for_each(|&p| families.futex.user_names.remember(p));
         }
+        // The recording spans the loading too: the first probes count while the others
+        // attach (seconds on a busy machine). Timed from after it, the first rates of a
+        // live view divided all of that by a few milliseconds.
+        let (started_at, start) = (SystemTime::now(), Instant::now());
         let probes = family::load(opts, rt, &mut families)?;
         Ok(Self {
             probes,
@@ -80,8 +84,8 @@ impl Session {
             names: KernelNames::new(),
             target,
             kernel: features::kernel_release(),
-            started_at: SystemTime::now(),
-            start: Instant::now(),
+            started_at,
+            start,
             stopped_after: None,
             detail: Detail::ALL,
             forget_exited: None,
