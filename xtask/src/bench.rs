@@ -405,8 +405,12 @@ fn full_run(ctx: &Ctx, runs: Option<usize>) -> Result<BenchResults> {
     ] {
         if let Some(ss) = ss {
             println!(
-                "        record -- true {:.3?} s, serve SIGTERM {:.3?} s, Ctrl-C in record {:.3?} s, q in top {:.3?} s{beside}",
-                ss.record_true_s, ss.serve_sigterm_s, ss.record_sigint_s, ss.top_quit_s
+                "        record -- true {:.3?} s, serve SIGTERM {:.3?} s, Ctrl-C in record {:.3?} s, q in top {:.3?} s; peer setsid -w true {:.3?} s{beside}",
+                ss.record_true_s,
+                ss.serve_sigterm_s,
+                ss.record_sigint_s,
+                ss.top_quit_s,
+                ss.new_session_true_s
             );
         }
     }
@@ -534,6 +538,8 @@ fn start_stop_rounds(ctx: &Ctx, tag: &str) -> Result<StartStop> {
 
         ss.record_sigint_s
             .push(record_sigint(ctx, &format!("{tag}record-sigint-{i}"))?);
+        ss.new_session_true_s
+            .push(new_session_true(ctx, &format!("{tag}setsid-true-{i}"))?);
         // One run without a screen is the verdict: the later ones would take as long.
         if ss.top_no_screen > 0 {
             continue;
@@ -577,10 +583,25 @@ fn record_sigint(ctx: &Ctx, name: &str) -> Result<f64> {
     Ok(s)
 }
 
+/// The peer of the start and stop cases: `setsid -w true`, wall. A program in a
+/// session of its own (as every new terminal window, tmux pane or ssh login starts)
+/// runs in its own scheduler autogroup; beside `stress-ng --ptrace 4` in another one,
+/// this kernel leaves such a group waiting for up to tens of seconds (with
+/// `kernel.sched_autogroup_enabled=0` it does not).
+fn new_session_true(ctx: &Ctx, name: &str) -> Result<f64> {
+    let mut c = Command::new("setsid");
+    c.args(["-w", "true"]);
+    let t0 = Instant::now();
+    let mut p = Proc::spawn(c, &ctx.scratch, name, false)?;
+    p.wait(Duration::from_secs(300))?;
+    Ok(t0.elapsed().as_secs_f64())
+}
+
 /// `q` in `lockscope top` until it has restored the terminal and exited (the shell is
-/// back then). `top` runs on a pseudo-terminal of our own; tmux is not used here
-/// because starting a tmux session beside `stress-ng --ptrace` took minutes even
-/// without lockscope.
+/// back then). `top` runs on a pseudo-terminal of our own, in the bench's session like
+/// every other case here: a session of its own would put it in a scheduler autogroup of
+/// its own, which beside `stress-ng --ptrace 4` waits tens of seconds to run at all,
+/// lockscope or not (see [`new_session_true`]; that is also why tmux is not used).
 enum TopRun {
     /// Seconds to the first screen, and from `q` to the exit.
     Quit { start_s: f64, quit_s: f64 },
@@ -593,7 +614,6 @@ const TOP_START_LIMIT: Duration = Duration::from_secs(120);
 fn top_quit(ctx: &Ctx, name: &str) -> Result<TopRun> {
     use std::io::{Read as _, Write as _};
     use std::os::fd::{FromRawFd as _, OwnedFd};
-    use std::os::unix::process::CommandExt as _;
     let (mut master, mut slave) = (0, 0);
     let ws = libc::winsize {
         ws_row: 45,
@@ -614,6 +634,11 @@ fn top_quit(ctx: &Ctx, name: &str) -> Result<TopRun> {
     {
         bail!("bench: openpty: {}", std::io::Error::last_os_error());
     }
+    // Not inherited by top: a child holding the master would keep the terminal up.
+    for fd in [master, slave] {
+        // SAFETY: fcntl on descriptors we own.
+        unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
+    }
     // SAFETY: descriptors openpty just gave us, owned by no one else.
     let (master, slave) = unsafe { (OwnedFd::from_raw_fd(master), OwnedFd::from_raw_fd(slave)) };
     let err = ctx.scratch.join(format!("{name}.err"));
@@ -623,16 +648,6 @@ fn top_quit(ctx: &Ctx, name: &str) -> Result<TopRun> {
         .stdin(std::process::Stdio::from(slave.try_clone()?))
         .stdout(std::process::Stdio::from(slave.try_clone()?))
         .stderr(std::fs::File::create(&err)?);
-    // SAFETY: only async-signal-safe calls between fork and exec: a new session whose
-    // controlling terminal is the pseudo-terminal on stdin.
-    unsafe {
-        c.pre_exec(|| {
-            if libc::setsid() < 0 || libc::ioctl(0, libc::TIOCSCTTY, 0) < 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
     let mut child = c
         .spawn()
         .context("bench: could not start `lockscope top`")?;

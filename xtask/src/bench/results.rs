@@ -95,6 +95,10 @@ pub struct StartStop {
     /// Runs in which `lockscope top` drew no screen within 120 s (no `q` was timed).
     #[serde(default)]
     pub top_no_screen: u32,
+    /// The peer: `setsid -w true` (any program in a session of its own, as a new
+    /// terminal window or tmux pane starts one), wall seconds, per run.
+    #[serde(default)]
+    pub new_session_true_s: Vec<f64>,
     /// The same, beside `stress-ng --ptrace 4`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub under_ptrace_stress: Option<Box<StartStop>>,
@@ -331,7 +335,7 @@ pub struct Soak {
 pub struct TargetCheck {
     pub target: String,
     pub measured: String,
-    /// `met`, `missed` or `not measured`.
+    /// `met`, `missed`, `not measured`, or `context` (a peer's figure, no target).
     pub status: String,
 }
 
@@ -422,6 +426,20 @@ fn start_stop_checks(out: &mut Vec<TargetCheck>, ss: &StartStop, beside: &str) {
             w.map(|w| w <= 0.5)
         },
     ));
+    if let Some(w) = worst(&ss.new_session_true_s) {
+        let runs: Vec<String> = ss
+            .new_session_true_s
+            .iter()
+            .map(|x| format!("{x:.3}"))
+            .collect();
+        out.push(TargetCheck {
+            target: format!(
+                "peer: `setsid -w true`, any program in a new session (terminal){beside}"
+            ),
+            measured: format!("[{}] s, worst {w:.3} s", runs.join(", ")),
+            status: "context".into(),
+        });
+    }
 }
 
 fn check(target: &str, measured: String, met: Option<bool>) -> TargetCheck {
@@ -1117,6 +1135,48 @@ mod tests {
             row("futex-mutex", "perf", 70.0, 100.0),
         ];
         r
+    }
+
+    #[test]
+    fn start_stop_targets_and_the_new_session_peer() {
+        let ss = StartStop {
+            record_true_s: vec![0.4, 0.8],
+            serve_sigterm_s: vec![0.02],
+            record_sigint_s: vec![0.6],
+            top_quit_s: vec![0.07],
+            top_start_s: vec![0.5],
+            new_session_true_s: vec![0.004, 41.5],
+            ..Default::default()
+        };
+        let mut out = Vec::new();
+        start_stop_checks(&mut out, &ss, ", beside load");
+        let status: Vec<(&str, &str)> = out
+            .iter()
+            .map(|c| (c.target.as_str(), c.status.as_str()))
+            .collect();
+        assert_eq!(status.len(), 5, "{status:?}");
+        assert_eq!(status[0].1, "met");
+        assert_eq!(status[2].1, "missed", "Ctrl-C took 0.6 s");
+        assert_eq!(status[3].1, "met");
+        assert!(status[4].0.starts_with("peer: `setsid -w true`"));
+        assert!(status[4].0.ends_with(", beside load"));
+        assert_eq!(status[4].1, "context");
+        assert!(
+            out[4].measured.contains("worst 41.500 s"),
+            "{}",
+            out[4].measured
+        );
+        // No screen is a missed target however fast the other runs quit; no peer, no row.
+        let ss = StartStop {
+            top_quit_s: vec![0.07],
+            top_no_screen: 1,
+            ..Default::default()
+        };
+        let mut out = Vec::new();
+        start_stop_checks(&mut out, &ss, "");
+        assert_eq!(out.len(), 4);
+        assert_eq!(out[3].status, "missed");
+        assert!(out[3].measured.contains("1 run(s) drew no screen"));
     }
 
     #[test]
