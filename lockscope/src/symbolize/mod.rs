@@ -99,9 +99,12 @@ impl Default for KernelNames {
 
 impl KernelNames {
     pub fn new() -> Self {
-        let layout = fs::read_to_string("/proc/kallsyms")
-            .map(|t| KernelLayout::from_kallsyms(&t))
-            .unwrap_or_default();
+        Self::from_kallsyms(&fs::read_to_string("/proc/kallsyms").unwrap_or_default())
+    }
+
+    /// From `/proc/kallsyms` text already read (the kernel takes tens of ms to produce it).
+    pub fn from_kallsyms(kallsyms: &str) -> Self {
+        let layout = KernelLayout::from_kallsyms(kallsyms);
         Self {
             symbolizer: Symbolizer::new(),
             layout,
