@@ -696,39 +696,12 @@ fn top_cgroups_view_shows_the_workloads_cgroup() {
 /// top behind using a whole CPU and deaf to SIGTERM.
 #[test]
 fn top_ends_when_its_terminal_hangs_up() {
-    use std::os::fd::{FromRawFd as _, OwnedFd};
     use std::os::unix::process::CommandExt as _;
     let _serial = serial();
     require_root();
     let watch = ProgramWatch::start();
     for leader in [true, false] {
-        let (mut master, mut slave) = (0, 0);
-        let ws = libc::winsize {
-            ws_row: 45,
-            ws_col: 160,
-            ws_xpixel: 0,
-            ws_ypixel: 0,
-        };
-        // SAFETY: openpty writes two descriptors; null name and termios, a valid winsize.
-        let rc = unsafe {
-            libc::openpty(
-                &mut master,
-                &mut slave,
-                std::ptr::null_mut(),
-                std::ptr::null(),
-                &ws,
-            )
-        };
-        assert_eq!(rc, 0, "openpty: {}", std::io::Error::last_os_error());
-        // Not inherited by top: a child holding the master would keep the terminal up.
-        for fd in [master, slave] {
-            // SAFETY: fcntl on descriptors we own.
-            let rc = unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
-            assert_eq!(rc, 0);
-        }
-        // SAFETY: descriptors openpty just gave us, owned by no one else.
-        let (master, slave) =
-            unsafe { (OwnedFd::from_raw_fd(master), OwnedFd::from_raw_fd(slave)) };
+        let (master, slave) = lockscope::sink::tui::terminal::open_pty(45, 160).unwrap();
         let err = scratch("top-hangup").join(format!("leader-{leader}.err"));
         let mut c = Command::new(bin());
         c.args(["top", "--interval", "500ms"])

@@ -228,22 +228,7 @@ mod tests {
     #[test]
     fn a_closed_pseudo_terminal_is_a_hang_up() {
         use std::io::Write as _;
-        use std::os::fd::{FromRawFd as _, OwnedFd};
-        let (mut master, mut slave) = (0, 0);
-        // SAFETY: openpty writes two descriptors; null name, termios and winsize.
-        let rc = unsafe {
-            libc::openpty(
-                &mut master,
-                &mut slave,
-                std::ptr::null_mut(),
-                std::ptr::null(),
-                std::ptr::null(),
-            )
-        };
-        assert_eq!(rc, 0, "openpty: {}", std::io::Error::last_os_error());
-        // SAFETY: descriptors openpty just gave us, owned by no one else.
-        let (master, slave) =
-            unsafe { (OwnedFd::from_raw_fd(master), OwnedFd::from_raw_fd(slave)) };
+        let (master, slave) = crate::sink::tui::terminal::open_pty(45, 160).unwrap();
         assert_eq!(
             wait(slave.as_fd(), Duration::from_millis(10)).unwrap(),
             Ready::Timeout

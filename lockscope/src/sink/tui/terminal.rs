@@ -8,6 +8,7 @@
 use std::{
     io::{self, BufWriter, Stdout, Write as _},
     mem::ManuallyDrop,
+    os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd},
     sync::{
         Once,
         atomic::{AtomicBool, Ordering},
@@ -109,4 +110,39 @@ impl Drop for Tui {
             unsafe { ManuallyDrop::drop(&mut self.terminal) };
         }
     }
+}
+
+/// A pseudo-terminal of `rows` x `cols`: (master, slave), both close-on-exec (a child
+/// that inherited the master would keep the terminal up after its owner closed it). For
+/// driving the live view from tests and harnesses.
+pub fn open_pty(rows: u16, cols: u16) -> io::Result<(OwnedFd, OwnedFd)> {
+    let (mut master, mut slave) = (0, 0);
+    let ws = libc::winsize {
+        ws_row: rows,
+        ws_col: cols,
+        ws_xpixel: 0,
+        ws_ypixel: 0,
+    };
+    // SAFETY: openpty writes two descriptors; null name and termios, a valid winsize.
+    let rc = unsafe {
+        libc::openpty(
+            &mut master,
+            &mut slave,
+            std::ptr::null_mut(),
+            std::ptr::null(),
+            &ws,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: descriptors openpty just gave us, owned by no one else.
+    let (master, slave) = unsafe { (OwnedFd::from_raw_fd(master), OwnedFd::from_raw_fd(slave)) };
+    for fd in [&master, &slave] {
+        // SAFETY: fcntl on a descriptor we own.
+        if unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFD, libc::FD_CLOEXEC) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok((master, slave))
 }
