@@ -77,12 +77,11 @@ impl Session {
         // attach (seconds on a busy machine). Timed from after it, the first rates of a
         // live view divided all of that by a few milliseconds.
         let (started_at, start) = (SystemTime::now(), Instant::now());
-        // Read once for choosing hooks and for naming kernel addresses; the loader lets
-        // its copy go once attached, this one goes after naming is set up.
+        // Read once for choosing hooks and for naming kernel addresses (the loader lets
+        // its cached copy go once attached; this one lives until naming is set up).
         let kallsyms = crate::probe::hooks::kallsyms();
         let probes = family::load(opts, rt, &mut families)?;
         let names = KernelNames::from_kallsyms(&kallsyms);
-        drop(kallsyms);
         Ok(Self {
             probes,
             families,

@@ -345,6 +345,52 @@ fn sigterm_and_sighup_write_the_recording() {
     }
 }
 
+/// The terminal of a running `record` goes away (its window closed, its ssh connection
+/// killed): the kernel sends SIGHUP, and the report has nowhere to go. The recording is
+/// still written and the exit is clean; writing to the dead terminal once panicked
+/// before `-o` was written.
+#[test]
+fn a_hung_up_terminal_still_gets_its_recording_written() {
+    let _serial = serial();
+    let file = scratch("record-hangup").join("r.json");
+    let err = file.with_extension("err");
+    let mut cmd = lockscope();
+    cmd.args(["record", "-o"])
+        .arg(&file)
+        .args(["--", "sleep", "60"])
+        .stderr(std::fs::File::create(&err).unwrap());
+    let master = on_pty(&mut cmd, true);
+    let mut rec = cmd.spawn().unwrap();
+    drop(cmd);
+    let t0 = std::time::Instant::now();
+    while children_of(rec.id()).is_empty() && t0.elapsed() < Duration::from_secs(60) {
+        thread::sleep(Duration::from_millis(50));
+    }
+    thread::sleep(Duration::from_millis(500));
+    drop(master);
+    let t1 = std::time::Instant::now();
+    let status = loop {
+        if let Some(s) = rec.try_wait().unwrap() {
+            break s;
+        }
+        if t1.elapsed() > Duration::from_secs(20) {
+            let _ = rec.kill();
+            panic!("record still running 20 s after its terminal hung up");
+        }
+        thread::sleep(Duration::from_millis(10));
+    };
+    let stderr = std::fs::read_to_string(&err).unwrap();
+    assert!(
+        stderr.contains("lockscope: SIGHUP: recording stopped"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    // sleep got SIGHUP from the terminal too: its exit status is passed through.
+    assert_eq!(status.code(), Some(128 + libc::SIGHUP), "{stderr}");
+    let rec = read_json(&file);
+    assert!(rec["duration_s"].as_f64().unwrap() < 60.0);
+}
+
 /// `--folded` and `report --format folded`: one line per waiter stack, the lock last; the
 /// values add up to the recording's total wait (or contentions), and inferno renders them.
 #[test]

@@ -696,33 +696,17 @@ fn top_cgroups_view_shows_the_workloads_cgroup() {
 /// top behind using a whole CPU and deaf to SIGTERM.
 #[test]
 fn top_ends_when_its_terminal_hangs_up() {
-    use std::os::unix::process::CommandExt as _;
     let _serial = serial();
     require_root();
     let watch = ProgramWatch::start();
     for leader in [true, false] {
-        let (master, slave) = lockscope::sink::tui::terminal::open_pty(45, 160).unwrap();
         let err = scratch("top-hangup").join(format!("leader-{leader}.err"));
         let mut c = Command::new(bin());
         c.args(["top", "--interval", "500ms"])
-            .env("TERM", "xterm-256color")
-            .stdin(Stdio::from(slave.try_clone().unwrap()))
-            .stdout(Stdio::from(slave.try_clone().unwrap()))
             .stderr(std::fs::File::create(&err).unwrap());
-        if leader {
-            // SAFETY: only async-signal-safe calls between fork and exec.
-            unsafe {
-                c.pre_exec(|| {
-                    if libc::setsid() < 0 || libc::ioctl(0, libc::TIOCSCTTY, 0) < 0 {
-                        return Err(std::io::Error::last_os_error());
-                    }
-                    Ok(())
-                });
-            }
-        }
+        let master = on_pty(&mut c, leader);
         let child = Killed(c.spawn().unwrap());
         drop(c);
-        drop(slave);
         // Read the screen until the first frame, answering cursor position queries.
         let mut screen = Vec::new();
         let mut m = std::fs::File::from(master.try_clone().unwrap());

@@ -98,6 +98,9 @@ pub fn run(args: RecordArgs) -> anyhow::Result<ExitCode> {
     ))?;
     session.stop();
     if let Stop::Signaled(sig) = stop {
+        // After SIGHUP the terminal may be gone: the report goes nowhere then, and the
+        // recording is still written.
+        crate::signals::release_hung_up_terminal();
         eprintln!("lockscope: {sig}: recording stopped, writing what was traced");
         // The command gets what we got (Ctrl-C reaches it through the terminal).
         if let Some(pid) = child.as_ref().and_then(|c| c.id()) {

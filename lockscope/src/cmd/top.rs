@@ -1,10 +1,6 @@
 //! `lockscope top`: the live view, fed by a local session or a running `lockscope serve`.
 
-use std::{
-    io::{IsTerminal as _, Write as _},
-    path::Path,
-    time::Duration,
-};
+use std::{io::IsTerminal as _, path::Path, time::Duration};
 
 use anyhow::bail;
 
@@ -47,9 +43,8 @@ pub fn run(args: TopArgs) -> anyhow::Result<std::process::ExitCode> {
             tui::run(&mut feed, args.interval)?;
             feed.0.stop();
             // After the screen is restored: what this run could not trace.
-            // Not eprintln!: the terminal may have hung up.
             for note in notes {
-                let _ = writeln!(std::io::stderr(), "lockscope: note: {note}");
+                eprintln!("lockscope: note: {note}");
             }
         }
     }

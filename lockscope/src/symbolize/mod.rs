@@ -6,7 +6,7 @@ pub mod debugdir;
 pub mod unwind;
 pub mod user;
 
-use std::{collections::HashMap, fs, ops::Range};
+use std::{collections::HashMap, ops::Range};
 
 use blazesym::symbolize::{
     Input, Symbolized, Symbolizer,
@@ -91,18 +91,9 @@ pub struct KernelNames {
     cache: std::cell::RefCell<HashMap<u64, Option<(String, u64)>>>,
 }
 
-impl Default for KernelNames {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
 impl KernelNames {
-    pub fn new() -> Self {
-        Self::from_kallsyms(&fs::read_to_string("/proc/kallsyms").unwrap_or_default())
-    }
-
-    /// From `/proc/kallsyms` text already read (the kernel takes tens of ms to produce it).
+    /// From `/proc/kallsyms` text (read once at start: the kernel takes tens of ms to
+    /// produce it).
     pub fn from_kallsyms(kallsyms: &str) -> Self {
         let layout = KernelLayout::from_kallsyms(kallsyms);
         Self {

@@ -367,3 +367,29 @@ impl Drop for TestCgroup {
         }
     }
 }
+
+/// Give `cmd` a pseudo-terminal of its own (45 x 160) as standard input and output: the
+/// master side is returned. As `leader`, the command leads a new session whose
+/// controlling terminal it is (the kernel sends it SIGHUP when the terminal hangs up);
+/// else the terminal only hangs up under it. Drop `cmd` once spawned, so that only the
+/// child holds the terminal.
+pub fn on_pty(cmd: &mut Command, leader: bool) -> std::os::fd::OwnedFd {
+    use std::os::unix::process::CommandExt as _;
+    use std::process::Stdio;
+    let (master, slave) = lockscope::sink::tui::terminal::open_pty(45, 160).unwrap();
+    cmd.env("TERM", "xterm-256color")
+        .stdin(Stdio::from(slave.try_clone().unwrap()))
+        .stdout(Stdio::from(slave));
+    if leader {
+        // SAFETY: only async-signal-safe calls between fork and exec.
+        unsafe {
+            cmd.pre_exec(|| {
+                if libc::setsid() < 0 || libc::ioctl(0, libc::TIOCSCTTY, 0) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+    }
+    master
+}

@@ -15,10 +15,7 @@ pub mod rt;
 pub mod terminal;
 pub mod ui;
 
-use std::{
-    io::Write as _,
-    time::{Duration, Instant},
-};
+use std::time::{Duration, Instant};
 
 use crate::aggregate::Recording;
 use app::{Action, App, SourceInfo};
@@ -62,7 +59,6 @@ pub fn run(feed: &mut dyn Feed, interval: Duration) -> anyhow::Result<()> {
                 terminated = Some(sig);
                 break;
             }
-            // Nothing to restore or tell on a terminal that is gone: just stop.
             Some(Event::HungUp) => break,
             None => {
                 if !app.paused {
@@ -81,10 +77,11 @@ pub fn run(feed: &mut dyn Feed, interval: Duration) -> anyhow::Result<()> {
         }
     }
     drop(events);
+    // A terminal that hung up (or sent SIGHUP for that) takes no more output.
+    crate::signals::release_hung_up_terminal();
     drop(tui);
     if let Some(sig) = terminated {
-        // Not eprintln!: after SIGHUP the terminal may be gone, and that would panic.
-        let _ = writeln!(std::io::stderr(), "lockscope: {sig}: live view stopped");
+        eprintln!("lockscope: {sig}: live view stopped");
     }
     Ok(())
 }

@@ -7,7 +7,6 @@
 
 use std::{
     io::{self, BufWriter, Stdout, Write as _},
-    mem::ManuallyDrop,
     os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd},
     sync::{
         Once,
@@ -37,8 +36,7 @@ static ACTIVE: AtomicBool = AtomicBool::new(false);
 
 /// The live terminal. Dropping it restores the terminal.
 pub struct Tui {
-    /// Dropped by hand: see `Drop for Tui`.
-    pub terminal: ManuallyDrop<Terminal<Backend>>,
+    pub terminal: Terminal<Backend>,
 }
 
 impl Tui {
@@ -67,9 +65,7 @@ pub fn enter() -> anyhow::Result<Tui> {
         Ok(t)
     };
     match setup() {
-        Ok(terminal) => Ok(Tui {
-            terminal: ManuallyDrop::new(terminal),
-        }),
+        Ok(terminal) => Ok(Tui { terminal }),
         Err(e) => {
             restore();
             Err(anyhow::anyhow!("cannot use this terminal: {e}"))
@@ -100,15 +96,7 @@ fn install_panic_hook() {
 
 impl Drop for Tui {
     fn drop(&mut self) {
-        // ratatui's own drop shows the cursor, and when that fails prints why with
-        // eprintln!, which panics on a terminal that hung up. Show it here instead; if
-        // the terminal is gone, its Terminal is left undropped (the process is ending).
-        let shown = self.terminal.show_cursor().is_ok();
         restore();
-        if shown {
-            // SAFETY: dropped once, here; `self.terminal` is not used after this.
-            unsafe { ManuallyDrop::drop(&mut self.terminal) };
-        }
     }
 }
 
