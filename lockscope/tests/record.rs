@@ -359,6 +359,14 @@ fn a_hung_up_terminal_still_gets_its_recording_written() {
         .arg(&file)
         .args(["--", "sleep", "60"])
         .stderr(std::fs::File::create(&err).unwrap());
+    // As above: under `nohup` sleep would inherit the ignored SIGHUP and outlive it.
+    // SAFETY: signal(2) is async-signal-safe; nothing else runs between fork and exec.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
+            libc::signal(libc::SIGHUP, libc::SIG_DFL);
+            Ok(())
+        });
+    }
     let master = on_pty(&mut cmd, true);
     let mut rec = cmd.spawn().unwrap();
     drop(cmd);
