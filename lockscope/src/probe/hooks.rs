@@ -49,19 +49,35 @@ pub enum Symbol {
 
 /// Look `func` up in kallsyms text (lines `addr type name [module]`).
 pub fn find_symbol(kallsyms: &str, func: &str) -> Symbol {
-    let mut clones = Vec::new();
-    for line in kallsyms.lines() {
-        let Some(name) = line.split_whitespace().nth(2) else {
+    // A substring search, not a parse of every line: the text is megabytes and some
+    // twenty hooks are looked up at start. A hit counts only as a whole name field
+    // (`addr type name`), or as the stem of a clone (`name.isra.0`).
+    let bytes = kallsyms.as_bytes();
+    let mut clones: Vec<String> = Vec::new();
+    if func.is_empty() {
+        return Symbol::Absent;
+    }
+    for (at, _) in kallsyms.match_indices(func) {
+        let name_field = at >= 3
+            && bytes[at - 1] == b' '
+            && bytes[at - 2].is_ascii_alphabetic()
+            && bytes[at - 3] == b' ';
+        if !name_field {
             continue;
-        };
-        if name == func {
-            return Symbol::Present;
         }
-        if let Some(rest) = name.strip_prefix(func)
-            && rest.starts_with('.')
-            && !clones.iter().any(|c| c == name)
-        {
-            clones.push(name.to_owned());
+        let rest = &kallsyms[at + func.len()..];
+        let name_end = rest
+            .find(|c: char| c.is_ascii_whitespace())
+            .unwrap_or(rest.len());
+        match rest.as_bytes().first() {
+            None | Some(b'\n' | b'\t' | b' ' | b'\r') => return Symbol::Present,
+            Some(b'.') => {
+                let name = &kallsyms[at..at + func.len() + name_end];
+                if !clones.iter().any(|c| c == name) {
+                    clones.push(name.to_owned());
+                }
+            }
+            Some(_) => {}
         }
     }
     if clones.is_empty() {
@@ -298,7 +314,10 @@ mod tests {
         ffffffff81100800 t rwsem_mark_wake.isra.0\n\
         ffffffff81100c00 T down_read_trylock\n\
         ffffffff81100d00 T down_read_trylock_foo\n\
-        ffffffffc0001000 t rwsem_down_write_slowpath.cold\t[somemod]\n";
+        ffffffff81100e00 T __down_read_lock\n\
+        ffffffffc0001000 t rwsem_down_write_slowpath.cold\t[somemod]\n\
+        ffffffffc0002000 t mod_only_func\t[down_read]\n\
+        ffffffffc0003000 t last_symbol";
 
     #[test]
     fn kallsyms_tells_present_cloned_and_absent() {
@@ -319,5 +338,11 @@ mod tests {
             Symbol::ClonedOnly(vec!["rwsem_down_write_slowpath.cold".into()])
         );
         assert_eq!(find_symbol(KALLSYMS, "schedule"), Symbol::Absent);
+        // Only whole name fields: not inside another name, not a module's name.
+        assert_eq!(find_symbol(KALLSYMS, "down_read"), Symbol::Absent);
+        assert_eq!(find_symbol(KALLSYMS, "read_lock"), Symbol::Absent);
+        assert_eq!(find_symbol(KALLSYMS, "last_symbol"), Symbol::Present);
+        assert_eq!(find_symbol(KALLSYMS, "mod_only_func"), Symbol::Present);
+        assert_eq!(find_symbol(KALLSYMS, ""), Symbol::Absent);
     }
 }
