@@ -144,21 +144,19 @@ pub fn run(args: RecordArgs) -> anyhow::Result<ExitCode> {
     rec.command_exit_code = exit_code;
     if let Some(path) = &args.output {
         let text = serde_json::to_string_pretty(&rec)? + "\n";
-        std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))?;
+        crate::sink::output::write_output(path, text)?;
     }
     if let Some(path) = &args.pprof {
-        std::fs::write(path, crate::sink::pprof::pprof_gz(&rec)?)
-            .with_context(|| format!("writing {}", path.display()))?;
+        crate::sink::output::write_output(path, crate::sink::pprof::pprof_gz(&rec)?)?;
         eprintln!("lockscope: pprof profile written to {}", path.display());
     }
     if let Some(path) = &args.folded {
         let text = crate::sink::folded::folded(&rec, crate::sink::folded::Weight::Wait);
-        std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))?;
+        crate::sink::output::write_output(path, text)?;
         eprintln!("lockscope: folded stacks written to {}", path.display());
     }
     if let Some(path) = &args.html {
-        std::fs::write(path, crate::sink::html::render_html(&rec)?)
-            .with_context(|| format!("writing {}", path.display()))?;
+        crate::sink::output::write_output(path, crate::sink::html::render_html(&rec)?)?;
         eprintln!("lockscope: HTML report written to {}", path.display());
     }
     print!("{}", render(&rec, &args.view.report_options())?);

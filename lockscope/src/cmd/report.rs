@@ -40,14 +40,12 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitCode> {
                 "the pprof format is binary: write it with -o FILE (e.g. lockscope.pb.gz)"
             );
         };
-        std::fs::write(path, crate::sink::pprof::pprof_gz(&rec)?)
-            .with_context(|| format!("cannot write {}", path.display()))?;
+        crate::sink::output::write_output(path, crate::sink::pprof::pprof_gz(&rec)?)?;
         return Ok(ExitCode::SUCCESS);
     }
     let text = render(&rec, &args.view.report_options())?;
     match &args.output {
-        Some(path) => std::fs::write(path, text)
-            .with_context(|| format!("cannot write {}", path.display()))?,
+        Some(path) => crate::sink::output::write_output(path, text)?,
         None => print!("{text}"),
     }
     Ok(ExitCode::SUCCESS)

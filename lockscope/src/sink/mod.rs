@@ -6,6 +6,7 @@ pub mod html;
 pub mod escape;
 pub mod events;
 pub mod folded;
+pub mod output;
 pub mod pprof;
 pub mod prometheus;
 pub mod redact;
