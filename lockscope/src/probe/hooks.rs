@@ -49,14 +49,14 @@ pub enum Symbol {
 
 /// Look `func` up in kallsyms text (lines `addr type name [module]`).
 pub fn find_symbol(kallsyms: &str, func: &str) -> Symbol {
+    if func.is_empty() {
+        return Symbol::Absent;
+    }
     // A substring search, not a parse of every line: the text is megabytes and some
     // twenty hooks are looked up at start. A hit counts only as a whole name field
     // (`addr type name`), or as the stem of a clone (`name.isra.0`).
     let bytes = kallsyms.as_bytes();
     let mut clones: Vec<String> = Vec::new();
-    if func.is_empty() {
-        return Symbol::Absent;
-    }
     for (at, _) in kallsyms.match_indices(func) {
         let name_field = at >= 3
             && bytes[at - 1] == b' '
@@ -66,13 +66,11 @@ pub fn find_symbol(kallsyms: &str, func: &str) -> Symbol {
             continue;
         }
         let rest = &kallsyms[at + func.len()..];
-        let name_end = rest
-            .find(|c: char| c.is_ascii_whitespace())
-            .unwrap_or(rest.len());
         match rest.as_bytes().first() {
             None | Some(b'\n' | b'\t' | b' ' | b'\r') => return Symbol::Present,
             Some(b'.') => {
-                let name = &kallsyms[at..at + func.len() + name_end];
+                let suffix = rest.split_ascii_whitespace().next().unwrap_or("");
+                let name = &kallsyms[at..at + func.len() + suffix.len()];
                 if !clones.iter().any(|c| c == name) {
                     clones.push(name.to_owned());
                 }

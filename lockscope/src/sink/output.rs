@@ -3,9 +3,10 @@
 //! The file is overwritten in place and cut to the new length afterwards, not opened
 //! with `O_TRUNC`. Truncating first frees every block of the old file before the new
 //! bytes are written. On a file system that discards freed blocks at once (ext4
-//! mounted `-o discard`), that free waits for the disk. Beside a busy machine it was
-//! measured at up to 3.7 s for a 4 KiB file: most of a slow `record -- true`. Writing
-//! over the old blocks frees only what the new file no longer needs.
+//! mounted `-o discard`), that free waits for the disk: beside a ptrace storm it was
+//! measured at up to 3.7 s for a 4 KiB file, and slow `record -- true` runs were
+//! sampled waiting in it. Writing over the old blocks frees only what the new file no
+//! longer needs.
 
 use std::{fs::OpenOptions, io::Write as _, path::Path};
 
@@ -44,30 +45,32 @@ pub fn write_output(path: &Path, bytes: impl AsRef<[u8]>) -> anyhow::Result<()> 
 mod tests {
     use super::*;
 
-    fn scratch(name: &str) -> std::path::PathBuf {
-        let dir = std::env::temp_dir().join(format!("lockscope-output-{}", std::process::id()));
+    /// A directory of the test's own, removed by the test.
+    fn scratch(test: &str) -> std::path::PathBuf {
+        let dir = std::env::temp_dir().join(format!("lockscope-{test}-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        dir.join(name)
+        dir
     }
 
     #[test]
     fn a_shorter_output_replaces_a_longer_file_whole() {
-        let path = scratch("shorter.json");
+        let dir = scratch("output-shorter");
+        let path = dir.join("out.json");
         std::fs::write(&path, "x".repeat(10_000)).unwrap();
         write_output(&path, "{\"a\": 1}\n").unwrap();
         assert_eq!(std::fs::read_to_string(&path).unwrap(), "{\"a\": 1}\n");
         write_output(&path, "y".repeat(20_000)).unwrap();
         assert_eq!(std::fs::read(&path).unwrap(), "y".repeat(20_000).as_bytes());
-        std::fs::remove_file(&path).unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
     fn a_new_file_is_created_and_a_device_is_written() {
-        let path = scratch("new.json");
-        let _ = std::fs::remove_file(&path);
+        let dir = scratch("output-new");
+        let path = dir.join("out.json");
         write_output(&path, "new\n").unwrap();
         assert_eq!(std::fs::read_to_string(&path).unwrap(), "new\n");
-        std::fs::remove_file(&path).unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
         write_output(Path::new("/dev/null"), "discarded").unwrap();
     }
 
