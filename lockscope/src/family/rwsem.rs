@@ -10,10 +10,14 @@ use crate::{
     aggregate::rwsem::{apply_rwsem_events, event_kinds, summary},
     probe::{
         groups::{self, MMAP_LOCK_ESTIMATE, RWSEM_DEEP},
+        hooks::function_hooks,
         rwsem::{DeepTier, HOOKS, RT_NOTE, publish_mask, rwsem_config},
     },
     source::read_rwsem_events,
 };
+
+/// The slowpaths a minimal fentry program is tried on, when the kernel has no kprobes.
+const SLOWPATH_FUNCS: [&str; 2] = ["rwsem_down_write_slowpath", "rwsem_down_read_slowpath"];
 
 #[derive(Default)]
 pub struct Rwsem {
@@ -23,6 +27,9 @@ pub struct Rwsem {
     pub deep: DeepTier,
     /// The tracepoint-tier estimate of mmap_lock trylock failures is attached.
     pub mmap_estimate: bool,
+    /// The slowpath hooks could attach (kprobes, or fentry loads): else the tier's own
+    /// map is loaded at its smallest.
+    hooks_possible: bool,
 }
 
 impl Family for Rwsem {
@@ -35,11 +42,18 @@ impl Family for Rwsem {
         self.mmap_ok = cx.opts.mmap_trylocks
             && cx.offsets.name_kinds & NAME_MMAP_LOCK != 0
             && cx.kbtf.has_type("btf_trace_mmap_lock_acquire_returned");
+        self.hooks_possible = !groups::switched_off(RWSEM_DEEP)
+            && function_hooks(cx.kbtf, &SLOWPATH_FUNCS, None).is_ok();
         Ok(())
     }
 
     fn globals(&self, out: &mut Globals) {
         out.set("RWSEM_CONFIG", &self.config.unwrap_or_default());
+        if !self.hooks_possible {
+            // The waits in a slowpath, by thread: 32,768 preallocated entries. The event
+            // counts (`RWSEM_EVENT_STATS`) stay: the tracepoint tier counts there too.
+            out.map_sizes.push(("SLOWPATHS", 1));
+        }
     }
 
     fn attach(&mut self, cx: &mut Attach<'_>) -> anyhow::Result<()> {

@@ -10,10 +10,21 @@ use crate::{
     aggregate::spin::{deep_entries, episodes, merge_entries, summary, unavailable_summary},
     probe::{
         groups::{self, SPIN_DEEP},
-        spin::{SpinTier, spin_config, write_params},
+        hooks::function_hooks,
+        spin::{FORCE_KPROBES_ENV, Role, SPIN_HOOK_DEFS, SpinTier, spin_config, write_params},
     },
     source::spin::read_spin,
 };
+
+/// The tier's hash maps, sized to one entry when it cannot run: `SPIN_WAIT_STATS` and
+/// `SPIN_HOLD_STATS` alone are 16,384 per-CPU elements, each its own per-CPU allocation.
+const DEEP_MAPS: [&str; 5] = [
+    "SPIN_WAIT_STATS",
+    "SPIN_HOLD_STATS",
+    "SPIN_WATCHED",
+    "SPIN_FREED",
+    "SPIN_STACKS",
+];
 
 #[derive(Default)]
 pub struct Spin {
@@ -46,8 +57,21 @@ impl Family for Spin {
             Some(groups::SWITCHED_OFF.into())
         } else if !pi_lock {
             Some("task_struct.pi_lock is not in the kernel's BTF".into())
+        } else if let Err(e) = &config {
+            Some(format!("{e:#}"))
         } else {
-            config.as_ref().err().map(|e| format!("{e:#}"))
+            // The wait hooks can attach nowhere (no kprobes, fentry refused): say so as
+            // the chooser would, and load the tier's maps at their smallest.
+            let force =
+                std::env::var_os(FORCE_KPROBES_ENV).map(|_| format!("{FORCE_KPROBES_ENV} set"));
+            let waits: Vec<&str> = SPIN_HOOK_DEFS
+                .iter()
+                .filter(|d| d.role == Role::Wait)
+                .map(|d| d.func)
+                .collect();
+            function_hooks(cx.kbtf, &waits, force.as_deref())
+                .err()
+                .map(|why| format!("no queued-spinlock slowpath hook ({why})"))
         };
         self.config = config.ok();
         Ok(())
@@ -55,6 +79,11 @@ impl Family for Spin {
 
     fn globals(&self, out: &mut Globals) {
         out.set("SPIN_CONFIG", &self.config.unwrap_or_default());
+        if self.unavailable.is_some() {
+            for map in DEEP_MAPS {
+                out.map_sizes.push((map, 1));
+            }
+        }
     }
 
     fn attach(&mut self, cx: &mut Attach<'_>) -> anyhow::Result<()> {
@@ -116,7 +145,7 @@ impl Family for Spin {
 
 /// The deep spinlock tier (pi_lock waits, holds, starvation detector): each hook tried.
 fn spin_section(can_load: bool) {
-    use crate::probe::{loader::probe_spin_hooks, spin::Role};
+    use crate::probe::loader::probe_spin_hooks;
     println!();
     println!(
         "{:<34} {:<11} {:<10} detail",
@@ -158,5 +187,25 @@ fn spin_section(can_load: bool) {
         (None, None) => println!(
             "deep spinlock tier: available (exact pi_lock waits, hold times, starvation detector)"
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_tier_that_cannot_run_loads_its_maps_at_one_entry() {
+        let mut spin = Spin::default();
+        let mut out = Globals::default();
+        spin.globals(&mut out);
+        assert!(out.map_sizes.is_empty(), "{:?}", out.map_sizes);
+        spin.unavailable = Some("no kprobes".into());
+        let mut out = Globals::default();
+        spin.globals(&mut out);
+        let sized: Vec<_> = out.map_sizes.iter().map(|(m, n)| (*m, *n)).collect();
+        assert_eq!(sized.len(), DEEP_MAPS.len());
+        assert!(sized.iter().all(|&(m, n)| n == 1 && DEEP_MAPS.contains(&m)));
+        assert!(sized.iter().any(|&(m, _)| m == "SPIN_WAIT_STATS"));
     }
 }

@@ -205,6 +205,100 @@ impl Chooser {
     }
 }
 
+/// Can this kernel hook its functions at all? Yes when it has kprobes, or when it loads
+/// a minimal fentry program on the first of `funcs` in its BTF (loaded, never attached,
+/// closed at once). Else why
+/// not, in the chooser's words. Asked before the object loads, so that a deep tier which
+/// cannot attach anywhere gets no maps worth the name (their per-CPU memory is allocated
+/// at load, and on a busy machine that allocation waits on the kernel's per-CPU
+/// allocator lock for seconds).
+pub fn function_hooks(
+    kbtf: &super::btf::KernelBtf,
+    funcs: &[&str],
+    skip_fentry: Option<&str>,
+) -> Result<(), String> {
+    if super::features::kprobes_available() {
+        return Ok(());
+    }
+    let id = || funcs.iter().find_map(|f| kbtf.func_id(f));
+    let fentry = match (skip_fentry, id()) {
+        (Some(why), _) => format!("skipped ({why})"),
+        (None, None) => format!("impossible: {} not in the kernel's BTF", funcs.join(", ")),
+        (None, Some(id)) => match load_minimal_fentry(id) {
+            Ok(()) => return Ok(()),
+            Err(e) => format!("refused: the BPF_PROG_LOAD syscall returned {e}"),
+        },
+    };
+    Err(format!("fentry {fentry}; no kprobes (CONFIG_KPROBES off)"))
+}
+
+/// `union bpf_attr`, the `BPF_PROG_LOAD` member up to `attach_btf_obj_fd`.
+#[repr(C)]
+#[derive(Default)]
+struct ProgLoadAttr {
+    prog_type: u32,
+    insn_cnt: u32,
+    insns: u64,
+    license: u64,
+    log_level: u32,
+    log_size: u32,
+    log_buf: u64,
+    kern_version: u32,
+    prog_flags: u32,
+    prog_name: [u8; 16],
+    prog_ifindex: u32,
+    expected_attach_type: u32,
+    prog_btf_fd: u32,
+    func_info_rec_size: u32,
+    func_info: u64,
+    func_info_cnt: u32,
+    line_info_rec_size: u32,
+    line_info: u64,
+    line_info_cnt: u32,
+    attach_btf_id: u32,
+    attach_btf_obj_fd: u32,
+    _pad: u32,
+}
+
+/// Load `r0 = 0; exit` as an fentry program on the vmlinux function of BTF id `btf_id`,
+/// and close it.
+fn load_minimal_fentry(btf_id: u32) -> std::io::Result<()> {
+    const BPF_PROG_LOAD: libc::c_long = 5;
+    const BPF_PROG_TYPE_TRACING: u32 = 26;
+    const BPF_TRACE_FENTRY: u32 = 24;
+    // BPF_ALU64 | BPF_MOV | BPF_K with r0 and imm 0; BPF_JMP | BPF_EXIT.
+    let insns: [u64; 2] = [0xb7, 0x95];
+    let license = c"GPL";
+    let mut name = [0u8; 16];
+    name[..14].copy_from_slice(b"lockscope_test");
+    let attr = ProgLoadAttr {
+        prog_type: BPF_PROG_TYPE_TRACING,
+        insn_cnt: insns.len() as u32,
+        insns: insns.as_ptr() as u64,
+        license: license.as_ptr() as u64,
+        prog_name: name,
+        expected_attach_type: BPF_TRACE_FENTRY,
+        attach_btf_id: btf_id,
+        ..Default::default()
+    };
+    // SAFETY: `attr` points at the instructions and the license, which outlive the call;
+    // the kernel only reads them (no log buffer is given).
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_bpf,
+            BPF_PROG_LOAD,
+            &attr as *const ProgLoadAttr,
+            size_of::<ProgLoadAttr>() as u32,
+        )
+    };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: a descriptor the kernel just gave this process, closed once.
+    unsafe { libc::close(fd as i32) };
+    Ok(())
+}
+
 /// The programs a chooser loaded and the kprobe links it made.
 #[derive(Debug, Default)]
 pub struct Attached {
@@ -306,6 +400,21 @@ fn unload(ebpf: &mut Ebpf, name: &str, kind: ProgKind) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The `BPF_PROG_LOAD` attribute as `include/uapi/linux/bpf.h` lays it out.
+    #[test]
+    fn prog_load_attr_matches_the_kernel_layout() {
+        use std::mem::offset_of;
+        assert_eq!(offset_of!(ProgLoadAttr, insns), 8);
+        assert_eq!(offset_of!(ProgLoadAttr, log_buf), 32);
+        assert_eq!(offset_of!(ProgLoadAttr, prog_name), 48);
+        assert_eq!(offset_of!(ProgLoadAttr, expected_attach_type), 68);
+        assert_eq!(offset_of!(ProgLoadAttr, func_info), 80);
+        assert_eq!(offset_of!(ProgLoadAttr, line_info), 96);
+        assert_eq!(offset_of!(ProgLoadAttr, attach_btf_id), 108);
+        assert_eq!(offset_of!(ProgLoadAttr, attach_btf_obj_fd), 112);
+        assert_eq!(size_of::<ProgLoadAttr>(), 120);
+    }
 
     const KALLSYMS: &str = "ffffffff81100000 t rwsem_down_read_slowpath\n\
         ffffffff81100400 t rwsem_mark_wake.constprop.0\n\

@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 
-use anyhow::{Context as _, anyhow};
+use anyhow::{Context as _, anyhow, bail};
 use aya::{
     Btf, Ebpf, EbpfLoader,
     maps::HashMap as BpfHashMap,
@@ -204,10 +204,16 @@ impl Probes {
         for (name, bytes) in globals {
             loader.override_global(name, bytes.as_slice(), true);
         }
-        loader
+        let ebpf = loader
             .btf(Some(btf))
             .load(ProbesObject::new(&g.kfuncs)?.bytes())
-            .context("loading the eBPF probes into the kernel")
+            .context("loading the eBPF probes into the kernel")?;
+        // The loader ignores a size for a map the object lacks: a misspelt name would
+        // silently leave a map at its full size.
+        if let Some((map, _)) = map_sizes.iter().find(|(m, _)| ebpf.map(m).is_none()) {
+            bail!("internal error: a family sized map {map}, which the eBPF object lacks");
+        }
+        Ok(ebpf)
     }
 
     /// Trace process `pid` from now on (a launched command, when forks are not followed).

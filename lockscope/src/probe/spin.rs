@@ -179,6 +179,15 @@ impl SpinTier {
     /// The tier is off, for this reason.
     pub fn off(why: String) -> Self {
         Self {
+            hooks: SPIN_HOOK_DEFS
+                .iter()
+                .map(|d| SpinHookStatus {
+                    func: d.func,
+                    role: d.role,
+                    tier: None,
+                    detail: why.clone(),
+                })
+                .collect(),
             unavailable: Some(why),
             ..Default::default()
         }
