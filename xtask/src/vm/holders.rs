@@ -126,11 +126,13 @@ pub(super) fn check_holders(
                     );
                 }
                 // Its two holders, by thread and name, hold it against nearly all the
-                // wait: others hold it briefly (the main thread starting them, lockscope
-                // reading the process's maps). How the wait splits between the two is the
-                // host test's (the long holder blamed for 80%): under emulation the short
-                // holder's mprotect calls are slow too, and either may be blamed more
-                // (54%, 64% and 48% for the long one in the first runs).
+                // wait: others hold it briefly (lockscope reading the process's maps).
+                // The workload starts its loops only once both threads are up: a new
+                // thread's first stack faults take the lock for read. How the wait splits
+                // between the two is the host test's (the long holder blamed for 80%):
+                // under emulation the short holder's mprotect calls are slow too, and
+                // either may be blamed more (54%, 64% and 48% for the long one in the
+                // first runs).
                 let two = |o: &&Value| {
                     (o["tid"].as_u64() == long && o["comm"] == "holder-long")
                         || (o["tid"].as_u64() == short && o["comm"] == "holder-short")
