@@ -126,6 +126,12 @@ impl Events {
             .spawn(move || {
                 let tty = match Tty::open() {
                     Ok(t) => t,
+                    // The terminal hung up before this thread began (a slow start): the
+                    // session has no terminal left to open.
+                    Err(e) if matches!(e.raw_os_error(), Some(libc::ENXIO | libc::EIO)) => {
+                        let _ = tx.send(Event::HungUp);
+                        return;
+                    }
                     Err(e) => {
                         let _ = tx.send(Event::Failed(format!("opening the terminal: {e}")));
                         return;
