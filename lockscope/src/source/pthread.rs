@@ -105,8 +105,15 @@ impl PthreadReader {
     }
 
     /// Read process `pid`'s maps now, so its waits unwind even if it exits early.
+    ///
+    /// The thread is woken for it: a launched command is remembered right after its
+    /// loader maps the C library, before its own work begins. Read a poll period later,
+    /// the maps were read while a command that changes its mappings ran, and where a
+    /// mapping was being changed the kernel read them under the command's `mmap_lock`
+    /// (a reader that held up its writers, and was blamed for their waits).
     pub fn remember(&self, pid: u32) {
         let _ = self.requests.send(Request::Remember(pid));
+        self.wake.wake();
     }
 
     /// Forget the waits and maps of these processes.
@@ -162,8 +169,9 @@ fn raise_priority() {
     }
 }
 
-/// Wakes the reading thread out of its wait at once when it is told to stop (an
-/// eventfd polled beside the ring buffer), so stopping does not wait out a poll period.
+/// Wakes the reading thread out of its wait at once when it is told to stop or to read a
+/// process's maps (an eventfd polled beside the ring buffer), so neither waits out a
+/// poll period.
 struct Wake(Option<OwnedFd>);
 
 impl Wake {
@@ -184,6 +192,15 @@ impl Wake {
             let one = 1u64.to_ne_bytes();
             // SAFETY: writes 8 bytes from a live buffer to our eventfd.
             let _ = unsafe { libc::write(f.as_raw_fd(), one.as_ptr().cast(), one.len()) };
+        }
+    }
+
+    /// Reset the count after a wake-up, so that the next poll waits again.
+    fn clear(&self) {
+        if let Some(f) = &self.0 {
+            let mut count = [0u8; 8];
+            // SAFETY: reads 8 bytes into a live buffer from our non-blocking eventfd.
+            let _ = unsafe { libc::read(f.as_raw_fd(), count.as_mut_ptr().cast(), count.len()) };
         }
     }
 }
@@ -247,6 +264,9 @@ fn run(
         });
         // SAFETY: two valid pollfds (a negative fd is ignored).
         unsafe { libc::poll(pfd.as_mut_ptr(), pfd.len() as libc::nfds_t, POLL_MS) };
+        if pfd[1].revents & libc::POLLIN != 0 {
+            wake.clear();
+        }
     }
 }
 
