@@ -405,11 +405,13 @@ fn full_run(ctx: &Ctx, runs: Option<usize>) -> Result<BenchResults> {
     ] {
         if let Some(ss) = ss {
             println!(
-                "        record -- true {:.3?} s, serve SIGTERM {:.3?} s, Ctrl-C in record {:.3?} s, q in top {:.3?} s; peer setsid -w true {:.3?} s{beside}",
+                "        record -- true {:.3?} s, serve SIGTERM {:.3?} s, Ctrl-C in record {:.3?} s (a plain sleep then {:.3?} s), q in top {:.3?} s (a key to a plain reader then {:.3?} s); peer setsid -w true {:.3?} s{beside}",
                 ss.record_true_s,
                 ss.serve_sigterm_s,
                 ss.record_sigint_s,
+                ss.sigint_peer_s,
                 ss.top_quit_s,
+                ss.top_key_peer_s,
                 ss.new_session_true_s
             );
         }
@@ -571,8 +573,9 @@ fn start_stop_rounds(ctx: &Ctx, tag: &str) -> Result<StartStop> {
         serve.wait(Duration::from_secs(120))?;
         ss.serve_sigterm_s.push(t0.elapsed().as_secs_f64());
 
-        ss.record_sigint_s
-            .push(record_sigint(ctx, &format!("{tag}record-sigint-{i}"))?);
+        let (sigint_s, peer_s) = record_sigint(ctx, &format!("{tag}record-sigint-{i}"))?;
+        ss.record_sigint_s.push(sigint_s);
+        ss.sigint_peer_s.push(peer_s);
         ss.new_session_true_s
             .push(new_session_true(ctx, &format!("{tag}setsid-true-{i}"))?);
         // One run without a screen is the verdict: the later ones would take as long.
@@ -580,9 +583,14 @@ fn start_stop_rounds(ctx: &Ctx, tag: &str) -> Result<StartStop> {
             continue;
         }
         match top_quit(ctx, &format!("{tag}top-quit-{i}"))? {
-            TopRun::Quit { start_s, quit_s } => {
+            TopRun::Quit {
+                start_s,
+                quit_s,
+                key_peer_s,
+            } => {
                 ss.top_start_s.push(start_s);
                 ss.top_quit_s.push(quit_s);
+                ss.top_key_peer_s.push(key_peer_s);
             }
             TopRun::NoScreen => ss.top_no_screen += 1,
         }
@@ -592,7 +600,7 @@ fn start_stop_rounds(ctx: &Ctx, tag: &str) -> Result<StartStop> {
 
 /// Ctrl-C in `record -- sleep 60`: SIGINT to the whole process group once the command
 /// runs, until `record` has printed its report and exited.
-fn record_sigint(ctx: &Ctx, name: &str) -> Result<f64> {
+fn record_sigint(ctx: &Ctx, name: &str) -> Result<(f64, Option<f64>)> {
     use std::os::unix::process::CommandExt as _;
     let mut c = ctx.lockscope();
     c.args(["record", "--", "sleep", "60"]).process_group(0);
@@ -603,11 +611,14 @@ fn record_sigint(ctx: &Ctx, name: &str) -> Result<f64> {
     })?;
     // Let a status tick or two pass: Ctrl-C comes while the recording is running.
     std::thread::sleep(Duration::from_millis(1500));
+    let peer = SigintPeer::start()?;
     let t0 = Instant::now();
+    peer.interrupt();
     // SAFETY: kill(2) on the process group of our own child, which leads it.
     unsafe { libc::kill(-pid, libc::SIGINT) };
     p.wait_status(Duration::from_secs(60))?;
     let s = t0.elapsed().as_secs_f64();
+    let peer_s = peer.gone(t0, Duration::from_secs(if s <= 0.5 { 2 } else { 60 }));
     // The report's summary line.
     if !p.stdout_text().contains("tier: ") {
         bail!(
@@ -615,7 +626,63 @@ fn record_sigint(ctx: &Ctx, name: &str) -> Result<f64> {
             p.stderr_tail()
         );
     }
-    Ok(s)
+    Ok((s, peer_s))
+}
+
+/// The peer of Ctrl-C in `record`: a plain `sleep 60` in a process group of its own,
+/// sent SIGINT at the same moment, until it is reaped. Beside `stress-ng --ptrace 4`
+/// this kernel can leave any runnable task without a CPU for seconds; this shows how
+/// long an ordinary program took to get the signal, die and be reaped meanwhile.
+struct SigintPeer {
+    pid: i32,
+    gone: std::sync::mpsc::Receiver<Instant>,
+    reaped: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl SigintPeer {
+    fn start() -> Result<Self> {
+        use std::os::unix::process::CommandExt as _;
+        let mut c = Command::new("sleep");
+        c.arg("60")
+            .process_group(0)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null());
+        let mut child = c.spawn().context("bench: could not start `sleep`")?;
+        let pid = child.id() as i32;
+        let (tx, gone) = std::sync::mpsc::channel();
+        let reaped = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = reaped.clone();
+        std::thread::spawn(move || {
+            if child.wait().is_ok() {
+                flag.store(true, std::sync::atomic::Ordering::SeqCst);
+                let _ = tx.send(Instant::now());
+            }
+        });
+        Ok(Self { pid, gone, reaped })
+    }
+
+    fn interrupt(&self) {
+        // SAFETY: kill(2) on the process group our own child leads.
+        unsafe { libc::kill(-self.pid, libc::SIGINT) };
+    }
+
+    /// Seconds from `sent` until the peer was reaped, waiting up to `limit`.
+    fn gone(&self, sent: Instant, limit: Duration) -> Option<f64> {
+        self.gone
+            .recv_timeout(limit)
+            .ok()
+            .map(|t| t.saturating_duration_since(sent).as_secs_f64())
+    }
+}
+
+impl Drop for SigintPeer {
+    fn drop(&mut self) {
+        // Not reaped in time: killed (the thread reaps it). Once reaped, its pid is free.
+        if !self.reaped.load(std::sync::atomic::Ordering::SeqCst) {
+            // SAFETY: as in interrupt.
+            unsafe { libc::kill(-self.pid, libc::SIGKILL) };
+        }
+    }
 }
 
 /// The peer of the start and stop cases: `setsid -w true`, wall. A program in a
@@ -646,16 +713,22 @@ const PEER_LIMIT: Duration = Duration::from_secs(120);
 /// its own, which beside `stress-ng --ptrace 4` waits tens of seconds to run at all,
 /// lockscope or not (see [`new_session_true`]; that is also why tmux is not used).
 enum TopRun {
-    /// Seconds to the first screen, and from `q` to the exit.
-    Quit { start_s: f64, quit_s: f64 },
+    /// Seconds to the first screen, from `q` to the exit, and for a key pressed at the
+    /// same moment to reach a plain reader ([`KeyPeer`]; `None`: not within its limit).
+    Quit {
+        start_s: f64,
+        quit_s: f64,
+        key_peer_s: Option<f64>,
+    },
     /// No screen within [`TOP_START_LIMIT`] (killed then).
     NoScreen,
 }
 
 const TOP_START_LIMIT: Duration = Duration::from_secs(120);
 
-fn top_quit(ctx: &Ctx, name: &str) -> Result<TopRun> {
-    use std::io::{Read as _, Write as _};
+/// A pseudo-terminal (master, slave) of 45 x 160, both close-on-exec: a child holding
+/// the master would keep the terminal up.
+fn open_pty() -> Result<(std::os::fd::OwnedFd, std::os::fd::OwnedFd)> {
     use std::os::fd::{FromRawFd as _, OwnedFd};
     let (mut master, mut slave) = (0, 0);
     let ws = libc::winsize {
@@ -677,13 +750,79 @@ fn top_quit(ctx: &Ctx, name: &str) -> Result<TopRun> {
     {
         bail!("bench: openpty: {}", std::io::Error::last_os_error());
     }
-    // Not inherited by top: a child holding the master would keep the terminal up.
     for fd in [master, slave] {
         // SAFETY: fcntl on descriptors we own.
         unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
     }
     // SAFETY: descriptors openpty just gave us, owned by no one else.
-    let (master, slave) = unsafe { (OwnedFd::from_raw_fd(master), OwnedFd::from_raw_fd(slave)) };
+    Ok(unsafe { (OwnedFd::from_raw_fd(master), OwnedFd::from_raw_fd(slave)) })
+}
+
+/// The peer of `q` in `top`: a key pressed on a terminal of its own at the same moment,
+/// until a plain reader (a thread blocked in read(2)) has it. The kernel hands terminal
+/// input to readers from a worker thread (the terminal's flip-buffer work); beside
+/// `stress-ng --ptrace 4` this kernel leaves that worker runnable but without a CPU for
+/// up to tens of seconds, and every terminal's keys wait with it, lockscope or not.
+struct KeyPeer {
+    master: std::fs::File,
+    got: std::sync::mpsc::Receiver<Instant>,
+}
+
+impl KeyPeer {
+    fn open() -> Result<Self> {
+        use std::io::Read as _;
+        use std::os::fd::AsRawFd as _;
+        let (master, slave) = open_pty()?;
+        // Raw: one byte is a whole read, no line editing in between.
+        // SAFETY: termios is plain data; tcgetattr fills it, tcsetattr reads it.
+        let raw = unsafe {
+            let mut t: libc::termios = std::mem::zeroed();
+            libc::tcgetattr(slave.as_raw_fd(), &mut t) == 0 && {
+                libc::cfmakeraw(&mut t);
+                libc::tcsetattr(slave.as_raw_fd(), libc::TCSANOW, &t) == 0
+            }
+        };
+        if !raw {
+            bail!(
+                "bench: raw mode on a pseudo-terminal: {}",
+                std::io::Error::last_os_error()
+            );
+        }
+        let (tx, got) = std::sync::mpsc::channel();
+        let mut slave = std::fs::File::from(slave);
+        // Ends with the key, or at EIO once the master is closed (dropped with us).
+        std::thread::spawn(move || {
+            let mut b = [0u8; 1];
+            if matches!(slave.read(&mut b), Ok(1)) {
+                let _ = tx.send(Instant::now());
+            }
+        });
+        Ok(Self {
+            master: std::fs::File::from(master),
+            got,
+        })
+    }
+
+    /// Press the key; the moment it was written.
+    fn press(&mut self) -> Result<Instant> {
+        use std::io::Write as _;
+        let t = Instant::now();
+        self.master.write_all(b"q")?;
+        Ok(t)
+    }
+
+    /// Seconds from `pressed` until the reader had the key, waiting up to `limit`.
+    fn delivered(&self, pressed: Instant, limit: Duration) -> Option<f64> {
+        self.got
+            .recv_timeout(limit)
+            .ok()
+            .map(|t| t.duration_since(pressed).as_secs_f64())
+    }
+}
+
+fn top_quit(ctx: &Ctx, name: &str) -> Result<TopRun> {
+    use std::io::{Read as _, Write as _};
+    let (master, slave) = open_pty()?;
     let err = ctx.scratch.join(format!("{name}.err"));
     let mut c = ctx.lockscope();
     c.args(["top", "--interval", "500ms"])
@@ -745,6 +884,8 @@ fn top_quit(ctx: &Ctx, name: &str) -> Result<TopRun> {
         // A few refreshes with data before quitting.
         std::thread::sleep(Duration::from_millis(1500));
         let mut m = std::fs::File::from(master.try_clone()?);
+        let mut peer = KeyPeer::open()?;
+        let pressed = peer.press()?;
         let t0 = Instant::now();
         m.write_all(b"q")?;
         let deadline = t0 + Duration::from_secs(60);
@@ -757,7 +898,13 @@ fn top_quit(ctx: &Ctx, name: &str) -> Result<TopRun> {
                         std::fs::read_to_string(&err).unwrap_or_default()
                     );
                 }
-                return Ok(TopRun::Quit { start_s, quit_s: s });
+                // The peer's figure matters only beside a slow quit.
+                let limit = if s <= 0.5 { 2.0 } else { 60.0 };
+                return Ok(TopRun::Quit {
+                    start_s,
+                    quit_s: s,
+                    key_peer_s: peer.delivered(pressed, Duration::from_secs_f64(limit)),
+                });
             }
             if Instant::now() > deadline {
                 bail!("bench: `lockscope top` did not exit within 60 s of `q`");
