@@ -604,6 +604,7 @@ fn record_sigint(ctx: &Ctx, name: &str) -> Result<(f64, Option<f64>)> {
     use std::os::unix::process::CommandExt as _;
     let mut c = ctx.lockscope();
     c.args(["record", "--", "sleep", "60"]).process_group(0);
+    as_a_foreground_job(&mut c);
     let mut p = Proc::spawn(c, &ctx.scratch, name, false)?;
     let pid = p.pid;
     proc::wait_ready(&mut p, Duration::from_secs(90), || {
@@ -629,6 +630,23 @@ fn record_sigint(ctx: &Ctx, name: &str) -> Result<(f64, Option<f64>)> {
     Ok((s, peer_s))
 }
 
+/// Start `c` with SIGINT and SIGQUIT at their defaults, as a shell starts a foreground
+/// job (what Ctrl-C reaches). A bench started in the background by a non-interactive
+/// shell has them ignored, and ignored signals stay ignored across exec: `record` would
+/// catch the SIGINT, but its command (started before) would not die of it.
+fn as_a_foreground_job(c: &mut Command) {
+    use std::os::unix::process::CommandExt as _;
+    // SAFETY: between fork and exec the closure only calls signal(2), which is
+    // async-signal-safe.
+    unsafe {
+        c.pre_exec(|| {
+            libc::signal(libc::SIGINT, libc::SIG_DFL);
+            libc::signal(libc::SIGQUIT, libc::SIG_DFL);
+            Ok(())
+        });
+    }
+}
+
 /// The peer of Ctrl-C in `record`: a plain `sleep 60` in a process group of its own,
 /// sent SIGINT at the same moment, until it is reaped. Beside `stress-ng --ptrace 4`
 /// this kernel can leave any runnable task without a CPU for seconds; this shows how
@@ -647,6 +665,7 @@ impl SigintPeer {
             .process_group(0)
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::null());
+        as_a_foreground_job(&mut c);
         let mut child = c.spawn().context("bench: could not start `sleep`")?;
         let pid = child.id() as i32;
         let (tx, gone) = std::sync::mpsc::channel();
