@@ -654,3 +654,84 @@ fn futex_calls_cut_off_by_thread_death_are_counted_as_lost() {
         rec["lost"]
     );
 }
+
+/// A command that ignores Ctrl-C: the report comes at once all the same, `record` says
+/// it is waiting for the command, and Ctrl-C again ends the command (SIGTERM) and with
+/// it `record`. Before, the report waited for the command and every later Ctrl-C went to
+/// `record`'s own handler: no way out but kill(1) from another shell.
+#[test]
+fn a_command_that_ignores_ctrl_c_holds_neither_the_report_nor_the_shell() {
+    use std::io::BufRead as _;
+    let _serial = serial();
+    let mut cmd = lockscope();
+    cmd.args(["record", "--", "sh", "-c", "trap '' INT; exec sleep 60"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut rec = cmd.spawn().unwrap();
+    let (tx, lines) = std::sync::mpsc::channel();
+    let stdout = rec.stdout.take().unwrap();
+    thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+        {
+            let _ = tx.send(line);
+        }
+    });
+    let stderr = rec.stderr.take().unwrap();
+    let err = thread::spawn(move || std::io::read_to_string(stderr).unwrap_or_default());
+    let t0 = std::time::Instant::now();
+    while children_of(rec.id()).is_empty() && t0.elapsed() < Duration::from_secs(60) {
+        thread::sleep(Duration::from_millis(50));
+    }
+    thread::sleep(Duration::from_millis(500));
+    let command = children_of(rec.id());
+    assert_eq!(command.len(), 1, "{command:?}");
+    // SAFETY: kill(2) on our own child.
+    unsafe { libc::kill(rec.id() as i32, libc::SIGINT) };
+    let t1 = std::time::Instant::now();
+    let report = loop {
+        match lines.recv_timeout(Duration::from_secs(20)) {
+            Ok(l) if l.starts_with("tier: ") => break t1.elapsed(),
+            Ok(_) => {}
+            Err(e) => {
+                let _ = rec.kill();
+                panic!("no report within 20 s of Ctrl-C ({e})");
+            }
+        }
+    };
+    assert!(report < Duration::from_secs(10), "report after {report:?}");
+    // The command ignored the SIGINT and runs on; record waits for it.
+    thread::sleep(Duration::from_millis(1500));
+    assert!(rec.try_wait().unwrap().is_none(), "record left its command");
+    // (Beside the command: the keeper that releases the probes after record exits.)
+    assert!(
+        children_of(rec.id()).contains(&command[0]),
+        "{:?}",
+        children_of(rec.id())
+    );
+    // SAFETY: as above.
+    unsafe { libc::kill(rec.id() as i32, libc::SIGINT) };
+    let t2 = std::time::Instant::now();
+    let status = loop {
+        if let Some(s) = rec.try_wait().unwrap() {
+            break s;
+        }
+        if t2.elapsed() > Duration::from_secs(20) {
+            let _ = rec.kill();
+            panic!("record still waiting 20 s after the second Ctrl-C");
+        }
+        thread::sleep(Duration::from_millis(10));
+    };
+    let stderr = err.join().unwrap();
+    assert!(
+        stderr.contains("waiting for the command") && stderr.contains("Ctrl-C ends it"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("sending SIGTERM to the command"),
+        "{stderr}"
+    );
+    // The command's end is passed through: killed by SIGTERM.
+    assert_eq!(status.code(), Some(128 + libc::SIGTERM), "{stderr}");
+}

@@ -134,10 +134,18 @@ pub fn run(args: RecordArgs) -> anyhow::Result<ExitCode> {
     timeline.sample(rec.duration_s, &session.lock_totals()?);
     rec.timeline = Some(timeline.finish());
 
-    // Tracing has stopped; a command still running (-d elapsed) runs to its end.
+    // Tracing has stopped; a command still running (-d elapsed, or one that outlives
+    // Ctrl-C) runs to its end, after the report: the report does not wait for it.
+    let mut printed = false;
     let status = match (stop, child.as_mut()) {
         (Stop::CommandExited(s), _) => Some(s),
-        (_, Some(c)) => Some(rt.block_on(c.wait())?),
+        (_, Some(c)) => {
+            print!("{}", render(&rec, &args.view.report_options())?);
+            use std::io::Write as _;
+            let _ = std::io::stdout().flush();
+            printed = true;
+            Some(rt.block_on(wait_for_command(c))?)
+        }
         _ => None,
     };
     let exit_code = status.map(exit_code_of);
@@ -159,7 +167,9 @@ pub fn run(args: RecordArgs) -> anyhow::Result<ExitCode> {
         crate::sink::output::write_output(path, crate::sink::html::render_html(&rec)?)?;
         eprintln!("lockscope: HTML report written to {}", path.display());
     }
-    print!("{}", render(&rec, &args.view.report_options())?);
+    if !printed {
+        print!("{}", render(&rec, &args.view.report_options())?);
+    }
     if let Some(path) = &args.output {
         eprintln!("lockscope: recording written to {}", path.display());
     }
@@ -483,6 +493,58 @@ fn show_status(session: &Session, start: Instant) {
 fn clear_status() {
     if std::io::stderr().is_terminal() {
         eprint!("\r\x1b[K");
+    }
+}
+
+/// How long a command may outlive the recording before lockscope says it is waiting.
+const COMMAND_WAIT_NOTICE: Duration = Duration::from_secs(1);
+
+/// Wait for the command once tracing has stopped. A command that ignores Ctrl-C (or
+/// runs on after `-d`) would otherwise hold the shell with no way out, since lockscope
+/// catches SIGINT: after a second, say so; Ctrl-C (or SIGTERM) then sends the command
+/// SIGTERM, and SIGKILL the time after.
+async fn wait_for_command(
+    c: &mut tokio::process::Child,
+) -> anyhow::Result<std::process::ExitStatus> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let pid = c.id();
+    let mut int = signal(SignalKind::interrupt()).context("catching SIGINT")?;
+    let mut term = signal(SignalKind::terminate()).context("catching SIGTERM")?;
+    let notice = tokio::time::sleep(COMMAND_WAIT_NOTICE);
+    tokio::pin!(notice);
+    let mut noticed = false;
+    let mut asked = 0;
+    loop {
+        tokio::select! {
+            status = c.wait() => return Ok(status?),
+            _ = &mut notice, if !noticed => {
+                noticed = true;
+                if let Some(pid) = pid {
+                    eprintln!(
+                        "lockscope: recording stopped; waiting for the command (pid {pid}) to \
+                         exit: Ctrl-C ends it"
+                    );
+                }
+            }
+            _ = async {
+                tokio::select! {
+                    _ = int.recv() => {}
+                    _ = term.recv() => {}
+                }
+            } => {
+                let (signo, name) = if asked == 0 {
+                    (libc::SIGTERM, "SIGTERM")
+                } else {
+                    (libc::SIGKILL, "SIGKILL")
+                };
+                asked += 1;
+                if let Some(pid) = pid {
+                    eprintln!("lockscope: sending {name} to the command (pid {pid})");
+                    // SAFETY: kill(2) on our own child, not yet reaped (we are waiting).
+                    unsafe { libc::kill(pid as i32, signo) };
+                }
+            }
+        }
     }
 }
 
