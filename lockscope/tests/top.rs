@@ -755,3 +755,74 @@ fn top_ends_when_its_terminal_hangs_up() {
     }
     watch.assert_none_left();
 }
+
+/// A terminal that never answers a cursor position query (as one whose input the kernel
+/// holds back for seconds, beside a ptrace storm): ratatui asks for the cursor to clear
+/// the screen, and crossterm failed after 2 s without an answer ("cannot use this
+/// terminal"). top asks nothing of the terminal now: the first screen comes, `q` ends it.
+#[test]
+fn top_starts_on_a_terminal_that_never_answers() {
+    let _serial = serial();
+    require_root();
+    let err = scratch("top-no-answer").join("top.err");
+    let mut c = Command::new(bin());
+    c.args(["top", "--interval", "500ms"])
+        .stderr(std::fs::File::create(&err).unwrap());
+    let master = on_pty(&mut c, false);
+    let mut child = Killed(c.spawn().unwrap());
+    drop(c);
+    let mut screen = Vec::new();
+    let mut m = std::fs::File::from(master.try_clone().unwrap());
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !String::from_utf8_lossy(&screen).contains("tier") {
+        if let Some(s) = child.0.try_wait().unwrap() {
+            panic!(
+                "top exited ({s}) before its first screen: {}",
+                std::fs::read_to_string(&err).unwrap()
+            );
+        }
+        assert!(Instant::now() < deadline, "no screen within 60 s");
+        let mut p = libc::pollfd {
+            fd: std::os::fd::AsRawFd::as_raw_fd(&m),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd.
+        if unsafe { libc::poll(&mut p, 1, 100) } > 0 {
+            let mut buf = [0u8; 65536];
+            match std::io::Read::read(&mut m, &mut buf) {
+                Ok(n) => screen.extend_from_slice(&buf[..n]),
+                // EIO: top has closed the terminal, so it is exiting.
+                Err(e) => panic!(
+                    "top left the terminal ({e}) before its first screen: {}",
+                    std::fs::read_to_string(&err).unwrap()
+                ),
+            }
+        }
+    }
+    assert!(
+        !screen.windows(4).any(|w| w == b"\x1b[6n"),
+        "top asked the terminal for the cursor position"
+    );
+    m.write_all(b"q").unwrap();
+    let t0 = Instant::now();
+    let status = loop {
+        if let Some(s) = child.0.try_wait().unwrap() {
+            break s;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(10), "q did not end top");
+        // Keep the terminal drained so the last frames and the restore can be written.
+        let mut p = libc::pollfd {
+            fd: std::os::fd::AsRawFd::as_raw_fd(&m),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd.
+        if unsafe { libc::poll(&mut p, 1, 10) } > 0 {
+            let mut buf = [0u8; 65536];
+            let _ = std::io::Read::read(&mut m, &mut buf);
+        }
+    };
+    let text = std::fs::read_to_string(&err).unwrap();
+    assert!(status.success(), "{status}; stderr: {text}");
+}

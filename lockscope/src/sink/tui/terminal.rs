@@ -16,7 +16,8 @@ use std::{
 
 use ratatui::{
     Frame, Terminal,
-    backend::CrosstermBackend,
+    backend::{ClearType, CrosstermBackend, WindowSize},
+    buffer::Cell,
     crossterm::{
         cursor, execute, queue,
         terminal::{
@@ -24,12 +25,71 @@ use ratatui::{
             LeaveAlternateScreen, disable_raw_mode, enable_raw_mode,
         },
     },
+    layout::{Position, Size},
 };
 
 /// Large enough for any frame of a big terminal: each frame is one write.
 const FRAME_BUFFER: usize = 1 << 20;
 
-type Backend = CrosstermBackend<BufWriter<Stdout>>;
+/// crossterm's backend, except that the cursor position is the one last set, never
+/// asked of the terminal. ratatui asks for it to clear the screen (at start, on each
+/// resize) and crossterm waits up to 2 s for the answer, then fails; the answer is
+/// terminal input, and beside a load that starves the kernel's terminal worker (see
+/// docs/top.md) it came too late and `top` failed to start ("The cursor position could
+/// not be read within a normal duration"). In the alternate screen the position
+/// ratatui restores after clearing is its own anyway.
+pub struct Backend {
+    inner: CrosstermBackend<BufWriter<Stdout>>,
+    cursor: Position,
+}
+
+impl io::Write for Backend {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.inner.write(buf)
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        io::Write::flush(&mut self.inner)
+    }
+}
+
+impl ratatui::backend::Backend for Backend {
+    type Error = io::Error;
+
+    fn draw<'a, I>(&mut self, content: I) -> io::Result<()>
+    where
+        I: Iterator<Item = (u16, u16, &'a Cell)>,
+    {
+        self.inner.draw(content)
+    }
+    fn hide_cursor(&mut self) -> io::Result<()> {
+        self.inner.hide_cursor()
+    }
+    fn show_cursor(&mut self) -> io::Result<()> {
+        self.inner.show_cursor()
+    }
+    fn get_cursor_position(&mut self) -> io::Result<Position> {
+        Ok(self.cursor)
+    }
+    fn set_cursor_position<P: Into<Position>>(&mut self, position: P) -> io::Result<()> {
+        self.cursor = position.into();
+        self.inner.set_cursor_position(self.cursor)
+    }
+    fn clear(&mut self) -> io::Result<()> {
+        self.inner.clear()
+    }
+    fn clear_region(&mut self, clear_type: ClearType) -> io::Result<()> {
+        self.inner.clear_region(clear_type)
+    }
+    fn size(&self) -> io::Result<Size> {
+        self.inner.size()
+    }
+    fn window_size(&mut self) -> io::Result<WindowSize> {
+        self.inner.window_size()
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        ratatui::backend::Backend::flush(&mut self.inner)
+    }
+}
 
 /// Whether the terminal is ours right now (raw mode, alternate screen).
 static ACTIVE: AtomicBool = AtomicBool::new(false);
@@ -60,7 +120,10 @@ pub fn enter() -> anyhow::Result<Tui> {
     let setup = || -> io::Result<Terminal<Backend>> {
         execute!(io::stdout(), EnterAlternateScreen, cursor::Hide)?;
         let out = BufWriter::with_capacity(FRAME_BUFFER, io::stdout());
-        let mut t = Terminal::new(CrosstermBackend::new(out))?;
+        let mut t = Terminal::new(Backend {
+            inner: CrosstermBackend::new(out),
+            cursor: Position::ORIGIN,
+        })?;
         t.clear()?;
         Ok(t)
     };
