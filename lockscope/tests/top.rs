@@ -689,6 +689,22 @@ fn top_cgroups_view_shows_the_workloads_cgroup() {
     tmux.wait_for("top to exit", 15, |s| s.contains("top exited: 0"));
 }
 
+/// What the terminal's master side has to read within `ms`: `None` if nothing, else the
+/// read (an error once top has closed the terminal).
+fn read_ready(m: &mut std::fs::File, ms: i32) -> Option<std::io::Result<Vec<u8>>> {
+    let mut p = libc::pollfd {
+        fd: std::os::fd::AsRawFd::as_raw_fd(m),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd.
+    if unsafe { libc::poll(&mut p, 1, ms) } <= 0 {
+        return None;
+    }
+    let mut buf = [0u8; 65536];
+    Some(std::io::Read::read(m, &mut buf).map(|n| buf[..n].to_vec()))
+}
+
 /// The terminal goes away under a running live view (its window closed, its tmux server
 /// or ssh connection killed): top ends at once and leaves nothing loaded, whether it
 /// leads the terminal's session (the kernel sends SIGHUP) or not (the terminal only
@@ -707,25 +723,14 @@ fn top_ends_when_its_terminal_hangs_up() {
         let master = on_pty(&mut c, leader);
         let child = Killed(c.spawn().unwrap());
         drop(c);
-        // Read the screen until the first frame, answering cursor position queries.
+        // Read the screen until the first frame.
         let mut screen = Vec::new();
         let mut m = std::fs::File::from(master.try_clone().unwrap());
         let deadline = Instant::now() + Duration::from_secs(60);
         while !String::from_utf8_lossy(&screen).contains("tier") {
             assert!(Instant::now() < deadline, "leader {leader}: no screen");
-            let mut p = libc::pollfd {
-                fd: std::os::fd::AsRawFd::as_raw_fd(&m),
-                events: libc::POLLIN,
-                revents: 0,
-            };
-            // SAFETY: one valid pollfd.
-            if unsafe { libc::poll(&mut p, 1, 100) } > 0 {
-                let mut buf = [0u8; 65536];
-                let n = std::io::Read::read(&mut m, &mut buf).unwrap();
-                if buf[..n].windows(4).any(|w| w == b"\x1b[6n") {
-                    m.write_all(b"\x1b[1;1R").unwrap();
-                }
-                screen.extend_from_slice(&buf[..n]);
+            if let Some(read) = read_ready(&mut m, 100) {
+                screen.extend_from_slice(&read.unwrap());
             }
         }
         drop(m);
@@ -782,22 +787,14 @@ fn top_starts_on_a_terminal_that_never_answers() {
             );
         }
         assert!(Instant::now() < deadline, "no screen within 60 s");
-        let mut p = libc::pollfd {
-            fd: std::os::fd::AsRawFd::as_raw_fd(&m),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: one valid pollfd.
-        if unsafe { libc::poll(&mut p, 1, 100) } > 0 {
-            let mut buf = [0u8; 65536];
-            match std::io::Read::read(&mut m, &mut buf) {
-                Ok(n) => screen.extend_from_slice(&buf[..n]),
-                // EIO: top has closed the terminal, so it is exiting.
-                Err(e) => panic!(
-                    "top left the terminal ({e}) before its first screen: {}",
-                    std::fs::read_to_string(&err).unwrap()
-                ),
-            }
+        match read_ready(&mut m, 100) {
+            Some(Ok(bytes)) => screen.extend_from_slice(&bytes),
+            // EIO: top has closed the terminal, so it is exiting.
+            Some(Err(e)) => panic!(
+                "top left the terminal ({e}) before its first screen: {}",
+                std::fs::read_to_string(&err).unwrap()
+            ),
+            None => {}
         }
     }
     assert!(
@@ -812,16 +809,7 @@ fn top_starts_on_a_terminal_that_never_answers() {
         }
         assert!(t0.elapsed() < Duration::from_secs(10), "q did not end top");
         // Keep the terminal drained so the last frames and the restore can be written.
-        let mut p = libc::pollfd {
-            fd: std::os::fd::AsRawFd::as_raw_fd(&m),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: one valid pollfd.
-        if unsafe { libc::poll(&mut p, 1, 10) } > 0 {
-            let mut buf = [0u8; 65536];
-            let _ = std::io::Read::read(&mut m, &mut buf);
-        }
+        let _ = read_ready(&mut m, 10);
     };
     let text = std::fs::read_to_string(&err).unwrap();
     assert!(status.success(), "{status}; stderr: {text}");
