@@ -422,6 +422,19 @@ pub struct StackBudget {
 }
 assert_size!(StackBudget, 16);
 
+/// Would [`stack_budget_take`] spend a walk now? Changes nothing: lets a caller skip
+/// the work that decides whether it wants a walk (a map lookup) when it could not have
+/// one anyway.
+#[inline(always)]
+pub const fn stack_budget_has(b: &StackBudget, now: u64, cost: u64, burst: u64) -> bool {
+    if cost == 0 {
+        return true;
+    }
+    let credit = b.credit_ns.saturating_add(now.saturating_sub(b.last_ns));
+    let credit = if credit > burst { burst } else { credit };
+    credit >= cost
+}
+
 /// Spend one stack walk of credit if there is enough (pure: shared with the tests).
 #[inline(always)]
 pub const fn stack_budget_take(b: &mut StackBudget, now: u64, cost: u64, burst: u64) -> bool {
@@ -588,6 +601,27 @@ mod tests {
         assert!(!stack_budget_take(&mut b, t, cost, burst));
         // No budget: every wait.
         assert!(stack_budget_take(&mut b, t, 0, 0));
+    }
+
+    #[test]
+    fn asking_the_stack_budget_spends_nothing_and_agrees_with_taking() {
+        let (cost, burst) = (500_000, 1_000_000); // burst of 2
+        let mut b = StackBudget::default();
+        let t = 10_000_000_000;
+        for step in 0..6u64 {
+            let now = t + step * 200_000;
+            let before = b;
+            let has = stack_budget_has(&b, now, cost, burst);
+            assert_eq!(b, before, "asking changed the budget");
+            // Asked twice: the same answer.
+            assert_eq!(stack_budget_has(&b, now, cost, burst), has);
+            assert_eq!(
+                stack_budget_take(&mut b, now, cost, burst),
+                has,
+                "step {step}"
+            );
+        }
+        assert!(stack_budget_has(&b, t, 0, 0));
     }
 
     #[test]

@@ -390,6 +390,15 @@ fn remember_comm() {
     }
 }
 
+/// Could a stack walk be taken now? Spends nothing (see `take_stack_budget`).
+#[inline(always)]
+fn has_stack_budget(cfg: &ProbeConfig, now: u64) -> bool {
+    match STACK_BUDGET.get(0) {
+        Some(b) => stack_budget_has(b, now, cfg.stack_cost_ns, cfg.stack_burst_ns),
+        None => true,
+    }
+}
+
 #[inline(always)]
 fn take_stack_budget(cfg: &ProbeConfig, now: u64) -> bool {
     if cfg.stack_cost_ns == 0 {
@@ -464,8 +473,13 @@ fn remember_holder_stack(cfg: &ProbeConfig, lock: u64, flags: u32, holder: u64, 
         flags,
         _pad: 0,
     };
-    // SAFETY: a map value, only read, before the program returns.
-    if unsafe { HOLDER_STACKS.get(key) }.is_some() || !take_stack_budget(cfg, now) {
+    // The budget first: it is spent on most waits of a busy lock, and then the lookup
+    // (a hash of the 24-byte key) would decide nothing.
+    if !has_stack_budget(cfg, now)
+        // SAFETY: a map value, only read, before the program returns.
+        || unsafe { HOLDER_STACKS.get(key) }.is_some()
+        || !take_stack_budget(cfg, now)
+    {
         return;
     }
     let stack = holder_stack(holder as u32);
