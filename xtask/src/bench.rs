@@ -1249,41 +1249,61 @@ const BPFTRACE_FUTEX_FLOOR: &str =
     "tracepoint:syscalls:sys_enter_futex { } tracepoint:syscalls:sys_exit_futex { }";
 
 /// Programs of `lockscope record -a` and of bpftrace scripts (owner, script), all
-/// attached at once, over one run of `workload`: each program's runs and run time in
+/// attached together, over one run of `workload`: each program's runs and run time in
 /// that window, from `/proc/PID/fdinfo` with the kernel's BPF run statistics on.
+///
+/// Programs on one tracepoint run one after another in the order they attached, and the
+/// first pays the cache misses (the task, the lock, the clock) the later ones then hit:
+/// measured under mmap-churn, the peer's begin + end took 190 + 350 ns attached after
+/// lockscope and 245 + 420 ns attached before it. So each tool is attached and ready
+/// before the next starts, in the order `peers_first` says; see [`side_by_side_fair`].
 fn side_by_side(
     ctx: &Ctx,
     name: &str,
     peers: &[(&str, &str)],
     workload: &[String],
+    peers_first: bool,
 ) -> Result<(Vec<ProgCost>, f64)> {
     let dir = &ctx.scratch;
     let _stats = proc::BpfStats::enable()?;
     let file = dir.join(format!("{name}.json"));
-    let mut rec_cmd = ctx.lockscope();
-    rec_cmd
-        .args(["record", "-a", "-n", "1", "-o"])
-        .arg(&file)
-        .arg("--")
-        .arg(&ctx.cat);
-    let mut procs = vec![(
-        "lockscope",
-        Proc::spawn(rec_cmd, dir, &format!("{name}-record"), true)?,
-    )];
-    for (owner, script) in peers {
-        let mut c = Command::new("bpftrace");
-        c.args(["-e", script, "-c"]).arg(&ctx.cat);
-        procs.push((
-            owner,
-            Proc::spawn(c, dir, &format!("{name}-{owner}"), true)?,
-        ));
-    }
-    for (_, p) in procs.iter_mut() {
+    let spawn_record = || -> Result<(&str, Proc)> {
+        let mut c = ctx.lockscope();
+        c.args(["record", "-a", "-n", "1", "-o"])
+            .arg(&file)
+            .arg("--")
+            .arg(&ctx.cat);
+        Ok((
+            "lockscope",
+            Proc::spawn(c, dir, &format!("{name}-record"), true)?,
+        ))
+    };
+    // Ready: the command runs, which both tools start only once their probes are attached.
+    let ready = |p: &mut Proc| {
         let pid = p.pid;
         proc::wait_ready(p, Duration::from_secs(90), || {
             proc::has_child_named(pid, "cat")
-        })?;
+        })
+    };
+    // lockscope stays first in `procs` (its CPU time is read from `procs[0]`).
+    let mut procs = Vec::new();
+    if !peers_first {
+        procs.push(spawn_record()?);
+        ready(&mut procs[0].1)?;
     }
+    let mut peer_procs = Vec::new();
+    for (owner, script) in peers {
+        let mut c = Command::new("bpftrace");
+        c.args(["-e", script, "-c"]).arg(&ctx.cat);
+        let mut p = Proc::spawn(c, dir, &format!("{name}-{owner}"), true)?;
+        ready(&mut p)?;
+        peer_procs.push((*owner, p));
+    }
+    if peers_first {
+        procs.push(spawn_record()?);
+        ready(&mut procs[0].1)?;
+    }
+    procs.extend(peer_procs);
     // Programs run before the workload starts too: measure deltas over it.
     let before: Vec<_> = procs
         .iter()
@@ -1334,6 +1354,21 @@ fn side_by_side(
     Ok((programs, cpu_s))
 }
 
+/// [`side_by_side`] twice, lockscope attached first and then last: the programs' runs
+/// and run time summed over both (so neither tool is measured only in the costlier
+/// place), lockscope's CPU time over both, and each order's programs (lockscope first,
+/// then the peers first).
+fn side_by_side_fair(
+    ctx: &Ctx,
+    name: &str,
+    peers: &[(&str, &str)],
+    workload: &[String],
+) -> Result<(Vec<ProgCost>, f64, [Vec<ProgCost>; 2])> {
+    let (a, cpu_a) = side_by_side(ctx, name, peers, workload, false)?;
+    let (b, cpu_b) = side_by_side(ctx, name, peers, workload, true)?;
+    Ok((merge_prog_costs(&[&a, &b]), cpu_a + cpu_b, [a, b]))
+}
+
 /// ns per run of `owner`'s busiest program whose (kernel-shortened, 15 characters) name
 /// starts with `prefix`.
 fn ns_of(programs: &[ProgCost], owner: &str, prefix: &str) -> Option<f64> {
@@ -1356,7 +1391,7 @@ fn cost_per_event(ctx: &Ctx) -> Result<Cost> {
             .collect()
     };
     let churn = workload(&["mmap-churn"]);
-    let (programs, cpu_s) = side_by_side(
+    let (programs, cpu_s, by_order) = side_by_side_fair(
         ctx,
         "cost",
         &[("floor", BPFTRACE_FLOOR), ("peer", BPFTRACE_PEER)],
@@ -1371,8 +1406,14 @@ fn cost_per_event(ctx: &Ctx) -> Result<Cost> {
         (Some(b), Some(e)) => Some(b.max(e)),
         (b, e) => b.or(e),
     };
-    let pair = begin_ns.zip(end_ns).map(|(b, e)| b + e);
-    let peer_pair = peer_begin_ns.zip(peer_end_ns).map(|(b, e)| b + e);
+    let pair_ratio = |programs: &[ProgCost]| {
+        let pair = |owner| {
+            ns_of(programs, owner, "contention_beg")
+                .zip(ns_of(programs, owner, "contention_end"))
+                .map(|(b, e)| b + e)
+        };
+        pair("lockscope").zip(pair("peer")).map(|(a, b)| a / b)
+    };
     // Events over the workload window: contention_begin runs.
     let events = programs
         .iter()
@@ -1390,6 +1431,7 @@ fn cost_per_event(ctx: &Ctx) -> Result<Cost> {
         "cost-futex-wake",
         &workload(&["syscall-loop", "--futex-wake"]),
     )?;
+    let ratio_to_peer = pair_ratio(&programs);
     Ok(Cost {
         workload: churn.join(" "),
         programs,
@@ -1399,7 +1441,8 @@ fn cost_per_event(ctx: &Ctx) -> Result<Cost> {
         ratio_to_floor: worst.zip(floor_ns).map(|(w, f)| w / f),
         peer_begin_ns,
         peer_end_ns,
-        ratio_to_peer: pair.zip(peer_pair).map(|(a, b)| a / b),
+        ratio_to_peer,
+        ratio_to_peer_by_order: by_order.iter().map(|p| pair_ratio(p)).collect(),
         contention_events: events,
         ns_per_contention_event: (events > 0).then(|| total_ns as f64 / events as f64),
         user_cpu_ns_per_event: (events > 0).then(|| cpu_s * 1e9 / events as f64),
@@ -1411,7 +1454,21 @@ fn cost_per_event(ctx: &Ctx) -> Result<Cost> {
 /// lockscope's futex probes beside empty programs on the same tracepoints, over one run
 /// of `workload`.
 fn futex_cost(ctx: &Ctx, name: &str, workload: &[String]) -> Result<FutexCost> {
-    let (programs, _) = side_by_side(ctx, name, &[("floor", BPFTRACE_FUTEX_FLOOR)], workload)?;
+    let (programs, _, by_order) =
+        side_by_side_fair(ctx, name, &[("floor", BPFTRACE_FUTEX_FLOOR)], workload)?;
+    let ratio_by_order = by_order
+        .iter()
+        .map(|p| futex_cost_of(workload, p.clone()).ratio())
+        .collect();
+    Ok(FutexCost {
+        ratio_by_order,
+        ..futex_cost_of(workload, programs)
+    })
+}
+
+/// The futex probes' figures from the programs of one side-by-side run (or of both
+/// orders merged).
+fn futex_cost_of(workload: &[String], programs: Vec<ProgCost>) -> FutexCost {
     let f = |owner: &str, lockscope_name: &str, floor_name: &str| {
         if owner == "lockscope" {
             ns_of(&programs, owner, lockscope_name)
@@ -1419,7 +1476,7 @@ fn futex_cost(ctx: &Ctx, name: &str, workload: &[String]) -> Result<FutexCost> {
             ns_of(&programs, owner, floor_name)
         }
     };
-    Ok(FutexCost {
+    FutexCost {
         workload: workload.join(" "),
         calls: programs
             .iter()
@@ -1429,8 +1486,9 @@ fn futex_cost(ctx: &Ctx, name: &str, workload: &[String]) -> Result<FutexCost> {
         exit_ns: f("lockscope", "futex_exit", ""),
         floor_enter_ns: f("floor", "", "sys_enter_futex"),
         floor_exit_ns: f("floor", "", "sys_exit_futex"),
+        ratio_by_order: Vec::new(),
         programs,
-    })
+    }
 }
 
 /// Capacity ladder: more threads, shorter critical sections.
