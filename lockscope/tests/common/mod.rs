@@ -296,7 +296,13 @@ pub fn children_of(pid: u32) -> Vec<u32> {
         return Vec::new();
     };
     dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|&p| stat_fields(p).and_then(|f| f.get(1)?.parse().ok()) == Some(pid))
+        .filter(|&p| {
+            stat_fields(p).is_some_and(|f| {
+                // A zombie is gone, only not yet reaped.
+                f.first().is_some_and(|s| s != "Z")
+                    && f.get(1).and_then(|p| p.parse().ok()) == Some(pid)
+            })
+        })
         .collect()
 }
 
@@ -306,12 +312,23 @@ pub fn children_of(pid: u32) -> Vec<u32> {
 /// period, so one running while record attaches or detaches its probes made a 3 s
 /// recording take up to 60 s here.
 pub fn run_ok_with_load(cmd: &mut Command, start_load: impl FnOnce() -> Background) -> Output {
-    let child = cmd
+    let mut child = cmd
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
         .expect("spawn");
     let pid = child.id();
+    // Drained from the start: a long report must not block record on a full pipe while
+    // this waits for its command to go.
+    let drain = |mut r: Box<dyn std::io::Read + Send>| {
+        std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            let _ = r.read_to_end(&mut buf);
+            buf
+        })
+    };
+    let stdout = drain(Box::new(child.stdout.take().expect("piped stdout")));
+    let stderr = drain(Box::new(child.stderr.take().expect("piped stderr")));
     // Wait while COMMAND's being there is `there` (and record runs).
     let wait_while_command = |there: bool| {
         while running(pid) && children_of(pid).is_empty() != there {
@@ -322,7 +339,12 @@ pub fn run_ok_with_load(cmd: &mut Command, start_load: impl FnOnce() -> Backgrou
     let load = start_load();
     wait_while_command(true);
     drop(load);
-    let out = child.wait_with_output().expect("wait");
+    let status = child.wait().expect("wait");
+    let out = Output {
+        status,
+        stdout: stdout.join().expect("stdout reader"),
+        stderr: stderr.join().expect("stderr reader"),
+    };
     assert_succeeded(cmd, out)
 }
 
