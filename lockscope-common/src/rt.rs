@@ -31,8 +31,11 @@ pub struct RtConfig {
     /// Two `sched_wait_task` events of one waiter on one tracee further apart than this
     /// start a new burst.
     pub burst_gap_ns: u32,
+    /// `hrtimer._softexpires`: when the timer was due (in its clock base).
+    pub off_hrtimer_softexpires: u32,
+    pub _pad: u32,
 }
-assert_size!(RtConfig, 48);
+assert_size!(RtConfig, 56);
 
 /// `RtConfig::enabled`: the real-time probes record.
 pub const RT_ENABLED: u32 = 1;
@@ -59,11 +62,13 @@ pub struct RtEvent {
     /// One of `RT_EV_*`.
     pub kind: u32,
     pub cpu: u32,
-    /// Start: timer expiry (spike), wait begin, first event of the burst.
+    /// Start: when the timer was due (spike), wait begin, first event of the burst.
     pub ts_ns: u64,
-    /// Length: wakeup latency, wait time, first to last event of the burst.
+    /// Length: wakeup latency (due to switched in), wait time, first to last event of
+    /// the burst.
     pub dur_ns: u64,
-    /// The lock (wait: its address; burst: the tracee's `pi_lock`); 0 for a spike.
+    /// The lock (wait: its address; burst: the tracee's `pi_lock`). Spike: how late the
+    /// timer fired (due to its expiry handler), the part of `dur_ns` before the wakeup.
     pub lock: u64,
     /// Spike: the woken thread. Wait and burst: the waiter.
     pub tid: u32,
@@ -73,6 +78,7 @@ pub struct RtEvent {
     /// Wait: `LCB_F_*` flags. Spike: the woken task's prio.
     pub flags: u32,
     /// Wait: 1 when `foreign` was counted (a watched `pi_lock`). Burst: tracee tid.
+    /// Spike: `RT_SPIKE_IDLE` when the timer interrupted the idle task.
     pub aux: u32,
     /// Burst: `sched_wait_task` events in it. Wait: CPU that expired the timer (spike).
     pub count: u64,
@@ -82,6 +88,10 @@ pub struct RtEvent {
     pub foreign_tid: [u32; RT_CPUS],
 }
 assert_size!(RtEvent, 72 + 8 * RT_CPUS);
+
+/// `RtEvent::aux` of a spike: the CPU was idle when the timer fired (the interrupt
+/// came late to a halted CPU: a hypervisor, a deep C-state, firmware).
+pub const RT_SPIKE_IDLE: u32 = 1;
 
 /// Acquisitions of a watched lock on one CPU (key of `LOCK_ACQ`: lock address, CPU).
 #[repr(C)]

@@ -28,6 +28,11 @@ fn u(v: &Value) -> u64 {
 fn check_spikes(rec: &Value, text: &str) {
     for s in rec["latency_spikes"].as_array().unwrap() {
         let lat = u(&s["latency_ns"]);
+        if s["source"] == "lockscope" {
+            // The timer's lateness is the part of the latency before the wakeup.
+            assert!(u(&s["timer_late_ns"]) <= lat, "{s}");
+            assert!(s["cpu_idle"].is_boolean(), "{s}");
+        }
         let overlaps = s["overlaps"].as_array().unwrap();
         let sum: u64 = overlaps.iter().map(|o| u(&o["overlap_ns"])).sum();
         for o in overlaps {
@@ -326,6 +331,23 @@ fn cyclictest_spikes_under_stress_ng_ptrace() {
             .find(|s| u(&s["task"]["tid"]) == *tid)
             .unwrap_or_else(|| panic!("no cyclictest spike for thread {tid}"));
         assert_eq!(u(&s["latency_ns"]), max * 1000);
+    }
+    // lockscope times each wakeup from when the timer was due (the time cyclictest asked
+    // for) to the thread switched in, a part of what cyclictest measures for the same
+    // wakeup: no spike of a thread exceeds that thread's own max (cyclictest truncates to
+    // whole microseconds).
+    for (tid, max) in &threads {
+        for s in rec["latency_spikes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|s| s["source"] == "lockscope" && s["task"]["tid"].as_u64() == Some(*tid))
+        {
+            assert!(
+                u(&s["latency_ns"]) < (max + 1) * 1000,
+                "lockscope timed more than cyclictest's max of {max} us for thread {tid}: {s}"
+            );
+        }
     }
     // stress-ng's tracees: their pi_lock is named, with proxy acquisitions.
     let stress_pi: u64 = rec["locks"]

@@ -2,8 +2,10 @@
 //!
 //! - Wakeup latency of real-time threads: `hrtimer_expire_entry` of an hrtimer sleeper
 //!   (its function is `hrtimer_wakeup`; the task is in the containing `hrtimer_sleeper`)
-//!   remembers the expiry per task; `sched_switch` switching that task in measures the
-//!   latency. Only latencies over the threshold go to userspace (`RT_EVENTS`).
+//!   remembers per task when the timer was due (`_softexpires`), how late it fired and
+//!   whether its CPU was idle; `sched_switch` switching that task in measures the
+//!   latency from due to running, the span cyclictest measures. Only latencies over the
+//!   threshold go to userspace (`RT_EVENTS`).
 //! - `sched_wait_task(p)`: `wait_task_inactive` takes `p->pi_lock` on every loop iteration
 //!   (Linux 6.7+), so each event is one acquisition of the tracee's `pi_lock` by the
 //!   waiter: counted per (pi_lock, waiter, CPU, tracee) in `WAIT_TASK_STATS`.
@@ -42,6 +44,8 @@ pub static RT_CONFIG: Global<RtConfig> = Global::new(RtConfig {
     off_sleeper_task: 0,
     off_task_pid: 0,
     burst_gap_ns: 0,
+    off_hrtimer_softexpires: 0,
+    _pad: 0,
 });
 
 #[map]
@@ -56,9 +60,10 @@ pub static RT_GATE: Array<u32> = Array::with_max_entries(1, 0);
 #[map]
 pub static RT_COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(RT_COUNTERS_LEN, 0);
 
-/// Expired sleeper timers of real-time tasks not yet switched in: task -> (expiry, CPU).
+/// Expired sleeper timers of real-time tasks not yet switched in: task -> (when it was
+/// due, CPU | `RT_SPIKE_IDLE` << 32, how late it fired).
 #[map]
-static RT_PENDING: HashMap<u64, [u64; 2]> = HashMap::with_max_entries(RT_PENDING_MAX_ENTRIES, 0);
+static RT_PENDING: HashMap<u64, [u64; 3]> = HashMap::with_max_entries(RT_PENDING_MAX_ENTRIES, 0);
 
 #[map]
 static WAIT_TASK_STATS: HashMap<WaitTaskKey, u64> =
@@ -183,11 +188,29 @@ pub fn rt_hrtimer_expire_entry(ctx: BtfTracePointContext) -> i32 {
     let now = unsafe { bpf_ktime_get_ns() };
     // SAFETY: a BPF helper without pointer arguments.
     let cpu = unsafe { bpf_get_smp_processor_id() } as u64;
+    // How late the timer fired: the expiry handler's `now` against the time it was due,
+    // both in the timer's own clock base (cyclictest may sleep on CLOCK_REALTIME).
+    let base_now = read_u64(ctx.arg::<u64>(1));
+    let due = read_u64(timer + rt.off_hrtimer_softexpires as u64);
+    let late = if due > 0 && base_now > due {
+        base_now - due
+    } else {
+        0
+    };
+    // The idle task (pid 0) was interrupted: the CPU was halted when the timer came.
+    let idle = if bpf_get_current_pid_tgid() as u32 == 0 {
+        (RT_SPIKE_IDLE as u64) << 32
+    } else {
+        0
+    };
     // SAFETY: a map value, only read, before the program returns.
     if unsafe { RT_PENDING.get(task) }.is_some() {
         rt_count(RT_CNT_WAKEUP_REPLACED);
     }
-    if RT_PENDING.insert(task, [now, cpu], 0).is_err() {
+    if RT_PENDING
+        .insert(task, [now.saturating_sub(late), cpu | idle, late], 0)
+        .is_err()
+    {
         rt_count(RT_CNT_LOST_PENDING_FULL);
     }
     0
@@ -205,11 +228,11 @@ pub fn rt_sched_switch(ctx: BtfTracePointContext) -> i32 {
     let Some(p) = (unsafe { RT_PENDING.get(next) }) else {
         return 0;
     };
-    let [expiry, expiry_cpu] = *p;
+    let [due, expiry_cpu, late] = *p;
     let _ = RT_PENDING.remove(next);
     // SAFETY: a BPF helper without pointer arguments.
     let now = unsafe { bpf_ktime_get_ns() };
-    let latency = now.saturating_sub(expiry);
+    let latency = now.saturating_sub(due);
     rt_count(RT_CNT_WAKEUPS);
     if latency < rt.latency_threshold_ns {
         return 0;
@@ -224,9 +247,9 @@ pub fn rt_sched_switch(ctx: BtfTracePointContext) -> i32 {
     ev.kind = RT_EV_SPIKE;
     // SAFETY: a BPF helper without pointer arguments.
     ev.cpu = unsafe { bpf_get_smp_processor_id() };
-    ev.ts_ns = expiry;
+    ev.ts_ns = due;
     ev.dur_ns = latency;
-    ev.lock = 0;
+    ev.lock = late;
     ev.tid = read_u32(next + rt.off_task_pid as u64);
     ev.tgid = read_u32(next + cfg.off_task_tgid as u64);
     ev.comm =
@@ -234,8 +257,8 @@ pub fn rt_sched_switch(ctx: BtfTracePointContext) -> i32 {
         unsafe { bpf_probe_read_kernel((next + cfg.off_task_comm as u64) as *const [u8; 16]) }
             .unwrap_or([0; 16]);
     ev.flags = read_u32(next + rt.off_task_prio as u64);
-    ev.aux = 0;
-    ev.count = expiry_cpu;
+    ev.aux = (expiry_cpu >> 32) as u32;
+    ev.count = expiry_cpu & 0xffff_ffff;
     ev.foreign = [0; RT_CPUS];
     ev.foreign_tid = [0; RT_CPUS];
     if RT_EVENTS.output::<RtEvent>(&*ev, 0).is_err() {

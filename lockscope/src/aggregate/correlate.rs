@@ -1,7 +1,7 @@
 //! Latency spikes against lock activity (pure).
 //!
-//! A spike's window is `[ts_ns, ts_ns + latency_ns]` on its CPU: from the timer's expiry
-//! to the thread running. Every piece of lock activity on that CPU (a spinning wait, a
+//! A spike's window is `[ts_ns, ts_ns + latency_ns]` on its CPU: from when the thread's
+//! timer was due to the thread running. Every piece of lock activity on that CPU (a spinning wait, a
 //! burst of `sched_wait_task` acquisitions, a starvation episode from any tier) that
 //! intersects the window is an [`Overlap`], with the nanoseconds inside the window.
 //! **Explained rule**: the union of the overlapping activity covers at least half the
@@ -201,7 +201,9 @@ fn parse_cyclictest_line(line: &str) -> Option<CyclictestThread> {
 /// cyclictest's own spikes: each thread whose max is over the threshold. cyclictest gives
 /// no time for its max, so the window is taken from lockscope's own largest spike of the
 /// same thread (ending when that thread ran); without one, `ts_ns` is 0 and nothing is
-/// correlated.
+/// correlated. When that spike is the same wakeup (lockscope's figure within 10% below
+/// cyclictest's, which also counts the return to user space), its timer lateness and idle
+/// CPU carry over.
 pub fn cyclictest_spikes(
     threads: &[CyclictestThread],
     own: &[LatencySpike],
@@ -222,6 +224,10 @@ pub fn cyclictest_spikes(
                 Some(s) => (s.cpu, (s.ts_ns + s.latency_ns).saturating_sub(latency_ns)),
                 None => (t.thread, 0),
             };
+            // cyclictest rounds to whole microseconds.
+            let same = mine.filter(|s| {
+                s.latency_ns <= latency_ns + 1000 && s.latency_ns * 10 >= latency_ns * 9
+            });
             LatencySpike {
                 cpu,
                 ts_ns,
@@ -235,6 +241,8 @@ pub fn cyclictest_spikes(
                 },
                 overlaps: Vec::new(),
                 explained: false,
+                timer_late_ns: same.and_then(|s| s.timer_late_ns),
+                cpu_idle: same.and_then(|s| s.cpu_idle),
             }
         })
         .collect()
@@ -263,6 +271,8 @@ mod tests {
             task: task(1),
             overlaps: Vec::new(),
             explained: false,
+            timer_late_ns: None,
+            cpu_idle: None,
         }
     }
 
@@ -424,5 +434,51 @@ mod tests {
         assert_eq!(s[0].ts_ns + s[0].latency_ns, 1_130_000);
         let s = cyclictest_spikes(&t, &[], 100_000, "cyclictest", 4320);
         assert_eq!((s[0].ts_ns, s[0].cpu), (0, 0));
+    }
+
+    #[test]
+    fn cyclictest_max_takes_the_timer_lateness_of_the_same_wakeup() {
+        let t = parse_cyclictest(
+            "T: 0 ( 4321) P:98 I:2000 C:    500 Min:      3 Act:    5 Avg:    4 Max:     120\n",
+        );
+        let own = |lat: u64| {
+            vec![LatencySpike {
+                task: TaskRef {
+                    tid: Some(4321),
+                    ..task(1)
+                },
+                timer_late_ns: Some(100_000),
+                cpu_idle: Some(true),
+                ..spike(1, 1_000_000, lat)
+            }]
+        };
+        // lockscope's 119.5 us is cyclictest's 120 us wakeup (less the return to user).
+        let s = cyclictest_spikes(&t, &own(119_500), 100_000, "cyclictest", 1);
+        assert_eq!(
+            (s[0].timer_late_ns, s[0].cpu_idle),
+            (Some(100_000), Some(true))
+        );
+        assert!(s[0].late_timer_on_idle_cpu());
+        // Rounding: cyclictest truncates to whole microseconds.
+        let s = cyclictest_spikes(&t, &own(120_900), 100_000, "cyclictest", 1);
+        assert_eq!(s[0].timer_late_ns, Some(100_000));
+        // A smaller wakeup of the same thread, or one larger than cyclictest's: another one.
+        for lat in [100_000, 121_001] {
+            let s = cyclictest_spikes(&t, &own(lat), 100_000, "cyclictest", 1);
+            assert_eq!((s[0].timer_late_ns, s[0].cpu_idle), (None, None), "{lat}");
+        }
+    }
+
+    #[test]
+    fn a_late_timer_on_an_idle_cpu_is_most_of_the_spike() {
+        let at = |late: Option<u64>, idle: Option<bool>| LatencySpike {
+            timer_late_ns: late,
+            cpu_idle: idle,
+            ..spike(0, 1_000, 100_000)
+        };
+        assert!(at(Some(50_000), Some(true)).late_timer_on_idle_cpu());
+        assert!(!at(Some(49_999), Some(true)).late_timer_on_idle_cpu());
+        assert!(!at(Some(90_000), Some(false)).late_timer_on_idle_cpu());
+        assert!(!at(None, None).late_timer_on_idle_cpu());
     }
 }

@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use lockscope_common::{
     LCB_F_SPIN, RT_CNT_ACTIVITY, RT_CNT_SPIKES, RT_CNT_WAIT_TASK, RT_CNT_WAKEUPS, RT_COUNTERS_LEN,
-    RT_CPUS, RT_EV_SPIKE, RT_EV_WAIT, RT_EV_WAIT_TASK, RtEvent, WaitTaskKey,
+    RT_CPUS, RT_EV_SPIKE, RT_EV_WAIT, RT_EV_WAIT_TASK, RT_SPIKE_IDLE, RtEvent, WaitTaskKey,
 };
 use serde::{Deserialize, Serialize};
 
@@ -49,7 +49,7 @@ pub struct RtSummary {
     pub latency_threshold_ns: u64,
     pub starvation_threshold_ns: u64,
     pub starvation_acquisitions: u64,
-    /// Wakeups of real-time threads timed by lockscope (timer expiry to running).
+    /// Wakeups of real-time threads timed by lockscope (timer due to running).
     pub wakeups_timed: u64,
     /// Of those, over the threshold.
     pub spikes_over_threshold: u64,
@@ -203,6 +203,8 @@ pub fn build_rt_view(
                 task: task_of(ev, input.comm),
                 overlaps: Vec::new(),
                 explained: false,
+                timer_late_ns: Some(ev.lock),
+                cpu_idle: Some(ev.aux & RT_SPIKE_IDLE != 0),
             }),
             RT_EV_WAIT | RT_EV_WAIT_TASK => {
                 let lock = (input.name)(ev.lock);

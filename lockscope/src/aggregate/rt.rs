@@ -71,7 +71,8 @@ pub struct StarvationEpisode {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum SpikeSource {
-    /// lockscope's own measurement: timer expiry to the thread running on its CPU.
+    /// lockscope's own measurement: from when the thread's timer was due to the thread
+    /// running on its CPU.
     Lockscope,
     /// cyclictest's own output, when it was the traced command.
     Cyclictest,
@@ -96,7 +97,7 @@ pub struct Overlap {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LatencySpike {
     pub cpu: u32,
-    /// When the timer expired (start of the window), kernel monotonic ns.
+    /// When the timer was due (start of the window), kernel monotonic ns.
     pub ts_ns: u64,
     pub latency_ns: u64,
     pub source: SpikeSource,
@@ -107,4 +108,28 @@ pub struct LatencySpike {
     pub overlaps: Vec<Overlap>,
     /// Whether the overlapping activity accounts for the spike (see the report for the rule).
     pub explained: bool,
+    /// lockscope's own spikes: how late the timer fired (from when it was due to its
+    /// expiry handler), the part of the latency before the thread was woken; the rest
+    /// is wakeup to running.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timer_late_ns: Option<u64>,
+    /// lockscope's own spikes: the CPU was idle when the timer fired, so a late timer
+    /// was an interrupt that came late to a halted CPU (a hypervisor, a deep C-state,
+    /// firmware), not a lock or a section with interrupts off.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_idle: Option<bool>,
 }
+
+impl LatencySpike {
+    /// The timer fired late on an idle CPU, and that lateness is most of the spike:
+    /// nothing on the CPU held the thread back (see `cpu_idle`).
+    pub fn late_timer_on_idle_cpu(&self) -> bool {
+        self.cpu_idle == Some(true)
+            && self
+                .timer_late_ns
+                .is_some_and(|l| l as f64 >= LATE_TIMER_SHARE * self.latency_ns as f64)
+    }
+}
+
+/// Share of a spike that a late timer on an idle CPU must account for to be called so.
+pub const LATE_TIMER_SHARE: f64 = 0.5;

@@ -56,6 +56,7 @@ pub fn rt_config(kbtf: &KernelBtf, rt: Option<&RtOptions>) -> anyhow::Result<RtC
     c.enabled = lockscope_common::RT_ENABLED | lockscope_common::RT_EVIDENCE_ALL;
     c.off_task_prio = kbtf.member_offset("task_struct", "prio")?;
     c.off_hrtimer_function = kbtf.member_offset("hrtimer", "function")?;
+    c.off_hrtimer_softexpires = kbtf.member_offset("hrtimer", "_softexpires")?;
     c.off_sleeper_task = kbtf.member_offset("hrtimer_sleeper", "task")?;
     c.latency_threshold_ns = rt.latency_threshold_ns;
     c.activity_floor_ns = ACTIVITY_FLOOR_NS.min(rt.starvation_threshold_ns);

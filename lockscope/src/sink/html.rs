@@ -577,6 +577,8 @@ pub fn rt_marks(rec: &Recording) -> Vec<RtMark> {
                     sp.task.comm,
                     if sp.explained {
                         format!(": explained by {}", sp.overlaps[0].lock)
+                    } else if sp.late_timer_on_idle_cpu() {
+                        ": a late timer on an idle CPU".to_owned()
                     } else if sp.overlaps.is_empty() {
                         ": no lock activity overlapped".to_owned()
                     } else {
@@ -763,6 +765,8 @@ mod tests {
             task: task.clone(),
             overlaps: Vec::new(),
             explained: false,
+            timer_late_ns: None,
+            cpu_idle: None,
         };
         // One inside the run, one with no time (cyclictest without a match): not drawn.
         rec.latency_spikes = Some(vec![spike(start + 500_000_000), spike(0)]);

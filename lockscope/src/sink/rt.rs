@@ -108,10 +108,11 @@ fn spike_section(rec: &Recording, spikes: &[LatencySpike], limit: usize) -> Stri
     out.push('\n');
     let _ = writeln!(
         out,
-        "source lockscope: hrtimer expiry to the thread switched in on its CPU; \
-         source cyclictest: its own per-thread max (window placed at lockscope's largest \
-         spike of that thread). Explained: the overlapping lock activity covers at least \
-         {:.0}% of the window.",
+        "source lockscope: from the thread's timer being due to the thread switched in on \
+         its CPU; source cyclictest: its own per-thread max (window placed at lockscope's \
+         largest spike of that thread). Explained: the overlapping lock activity covers at \
+         least {:.0}% of the window. Timer late: due to the timer's interrupt handler \
+         (idle: the CPU was halted then).",
         EXPLAINED_SHARE * 100.0
     );
     if spikes.is_empty() {
@@ -128,6 +129,15 @@ fn spike_section(rec: &Recording, spikes: &[LatencySpike], limit: usize) -> Stri
         explained,
         spikes.iter().filter(|s| s.overlaps.is_empty()).count()
     );
+    let idle = spikes.iter().filter(|s| s.late_timer_on_idle_cpu()).count();
+    if idle > 0 {
+        let _ = writeln!(
+            out,
+            "{idle} mostly a late timer on an idle CPU: the halted CPU took its timer \
+             interrupt late (a hypervisor not running the virtual CPU, a deep C-state, \
+             firmware), not a lock or a task on that CPU"
+        );
+    }
     for s in &order[..shown(order.len(), limit)] {
         let source = match s.source {
             SpikeSource::Lockscope => "lockscope",
@@ -138,12 +148,22 @@ fn spike_section(rec: &Recording, spikes: &[LatencySpike], limit: usize) -> Stri
         } else {
             format!("t={:.6} s", s.ts_ns as f64 / 1e9)
         };
+        let late = match (s.timer_late_ns, s.cpu_idle) {
+            (Some(l), idle) => format!(
+                " (timer late {}{}, then {} to run)",
+                fmt_ns(l),
+                if idle == Some(true) { ", cpu idle" } else { "" },
+                fmt_ns(s.latency_ns.saturating_sub(l))
+            ),
+            (None, _) => String::new(),
+        };
         let _ = writeln!(
             out,
-            "  cpu {}  {}  latency {}  source {}  task {}  {}",
+            "  cpu {}  {}  latency {}{}  source {}  task {}  {}",
             s.cpu,
             when,
             fmt_ns(s.latency_ns),
+            late,
             source,
             who(&s.task),
             if s.explained {
@@ -286,6 +306,8 @@ mod tests {
                     overlap_ns: 200_000,
                 }],
                 explained: true,
+                timer_late_ns: Some(20_000),
+                cpu_idle: Some(false),
             },
             LatencySpike {
                 cpu: 0,
@@ -295,14 +317,21 @@ mod tests {
                 task: task(),
                 overlaps: Vec::new(),
                 explained: false,
+                timer_late_ns: Some(100_000),
+                cpu_idle: Some(true),
             },
         ]);
         rec.starvation_episodes = Some(Vec::<StarvationEpisode>::new());
         let t = rt_sections(&rec, 20);
         assert!(t.contains("500 real-time wakeups timed"), "{t}");
         assert!(t.contains("2 spikes, 1 explained"), "{t}");
-        let first = t.find("latency 300.00 us").unwrap();
-        let second = t.find("latency 120.00 us").unwrap();
+        let first = t
+            .find("latency 300.00 us (timer late 20.00 us, then 280.00 us to run)")
+            .unwrap();
+        let second = t
+            .find("latency 120.00 us (timer late 100.00 us, cpu idle, then 20.00 us to run)")
+            .unwrap();
+        assert!(t.contains("1 mostly a late timer on an idle CPU"), "{t}");
         assert!(first < second, "largest first");
         assert!(t.contains("pi_lock of stress-ng[7]") && t.contains("overlap 200.00 us"));
         assert!(t.contains("source cyclictest") && t.contains("no lock activity overlapped"));

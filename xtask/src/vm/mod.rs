@@ -870,11 +870,13 @@ mod tests {
                     {"lock": "pi_lock of lockscope[361]", "kind": "wait-task",
                      "overlap_ns": 83_650}]},
                 {"cpu": 0, "ts_ns": 5, "latency_ns": 18_300_000, "source": "lockscope",
+                 "timer_late_ns": 12_000, "cpu_idle": false,
                  "task": task(359), "explained": false, "overlaps": [
                     {"lock": "pi_lock of lockscope[361]", "kind": "wait-task",
                      "overlap_ns": 83_650}]},
                 {"cpu": 1, "ts_ns": 9, "latency_ns": 2_500_000, "source": "lockscope",
-                 "task": task(360), "explained": false, "overlaps": []}],
+                 "timer_late_ns": 2_400_000, "cpu_idle": true,
+                 "task": task(359), "explained": false, "overlaps": []}],
             "starvation_episodes": [
                 {"kind": "long-hold", "lock": "pi_lock of lockscope[361]", "wait_ns": 2_812_568,
                  "foreign_acquisitions": 0, "probable": false, "tier": "deep",
@@ -977,6 +979,21 @@ mod tests {
         one(
             fails_with(&|r| r["latency_spikes"][1]["explained"] = true.into(), said),
             "explained follows the rule",
+        );
+        // lockscope timed more than cyclictest's own max; a timer later than the latency.
+        one(
+            fails_with(
+                &|r| r["latency_spikes"][2]["task"]["tid"] = 360.into(),
+                said,
+            ),
+            "within cyclictest's maxima",
+        );
+        one(
+            fails_with(
+                &|r| r["latency_spikes"][2]["timer_late_ns"] = 2_500_001.into(),
+                said,
+            ),
+            "within cyclictest's maxima",
         );
         // cyclictest's thread over the threshold without its spike.
         one(

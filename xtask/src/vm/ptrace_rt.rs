@@ -228,6 +228,28 @@ pub(super) fn check_ptrace_rt(
             theirs.len()
         ),
     );
+    // lockscope times a wakeup from when the timer was due (the time cyclictest asked
+    // for) to the switch-in: within what cyclictest measures for it, so no spike of a
+    // thread exceeds that thread's max (truncated to whole us); the timer's lateness is
+    // a part of the latency.
+    let beyond: Vec<String> = own
+        .iter()
+        .filter(|s| {
+            let lat = num(&s["latency_ns"]);
+            let over_max = maxima
+                .iter()
+                .any(|(tid, max)| s["task"]["tid"] == *tid && lat >= (max + 1) * 1000);
+            over_max || s["timer_late_ns"].as_u64().is_none_or(|l| l > lat)
+        })
+        .map(|s| s.to_string())
+        .collect();
+    check(
+        beyond.is_empty(),
+        format!(
+            "{step}: lockscope's spikes lie within cyclictest's maxima {maxima:?}, timer \
+             lateness within the latency (outside: {beyond:?})"
+        ),
+    );
     // Correlation: overlaps inside the window, the explained rule, and the report
     // saying so for every spike without overlaps.
     let mut bad = Vec::new();

@@ -21,7 +21,7 @@ pub struct Seen<T> {
 
 /// What identifies one episode across snapshots: where and when it started, and who.
 type EpisodeId = (u8, u64, u32, String, u32, Option<u32>);
-/// What identifies one spike: the CPU, the timer expiry and the task.
+/// What identifies one spike: the CPU, when its timer was due and the task.
 type SpikeId = (u32, u64, u32, Option<u32>, u8);
 
 fn episode_id(e: &StarvationEpisode) -> EpisodeId {

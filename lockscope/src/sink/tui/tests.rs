@@ -788,6 +788,8 @@ fn spike(n: u32) -> crate::aggregate::rt::LatencySpike {
             overlap_ns: 90_000,
         }],
         explained: n.is_multiple_of(2),
+        timer_late_ns: None,
+        cpu_idle: None,
     }
 }
 

@@ -1010,7 +1010,12 @@ fn draw_rt(frame: &mut Frame, app: &App, area: Rect) {
                 .overlaps
                 .first()
                 .map(|o| format!("{} {} {}", o.lock, o.kind, fmt_dur(o.overlap_ns as f64)))
-                .unwrap_or_else(|| "none".into());
+                .unwrap_or_else(|| match p.timer_late_ns {
+                    Some(l) if p.late_timer_on_idle_cpu() => {
+                        format!("none; timer {} late, cpu idle", fmt_dur(l as f64))
+                    }
+                    _ => "none".into(),
+                });
             let source = match p.source {
                 crate::aggregate::rt::SpikeSource::Lockscope => "lockscope",
                 crate::aggregate::rt::SpikeSource::Cyclictest => "cyclictest",
