@@ -204,10 +204,31 @@ fn machine(exe: &Path) -> Machine {
         kernel,
         date_utc,
         loaded: parse::machine_is_loaded(&load_avg_at_start, cpus),
+        other_cpu_share: None,
         load_avg_at_start,
         load_avg_at_end: String::new(),
         lockscope_version,
     }
+}
+
+/// CPU seconds the whole machine spent busy (user, nice, system, irq, softirq), from
+/// /proc/stat.
+fn busy_cpu_s() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    parse::busy_jiffies(&stat).map(|j| j as f64 / 100.0)
+}
+
+/// CPU seconds of this process and of its children that have been waited for.
+fn own_cpu_s() -> f64 {
+    let secs = |who| {
+        // SAFETY: getrusage fills the struct it is given.
+        let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+        // SAFETY: a valid out pointer.
+        unsafe { libc::getrusage(who, &mut ru) };
+        let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+        tv(ru.ru_utime) + tv(ru.ru_stime)
+    };
+    secs(libc::RUSAGE_SELF) + secs(libc::RUSAGE_CHILDREN)
 }
 
 fn workloads(quick: bool) -> Vec<WorkloadSpec> {
@@ -312,6 +333,7 @@ fn full_run(ctx: &Ctx, runs: Option<usize>) -> Result<BenchResults> {
     );
 
     let mut samples: Vec<Vec<Vec<RunSample>>> = vec![vec![Vec::new(); TOOLS.len()]; specs.len()];
+    let cpu_at_start = (busy_cpu_s(), own_cpu_s(), Instant::now());
     for round in 0..runs {
         for (wi, spec) in specs.iter().enumerate() {
             for (ti, tool) in TOOLS.iter().enumerate() {
@@ -339,8 +361,23 @@ fn full_run(ctx: &Ctx, runs: Option<usize>) -> Result<BenchResults> {
             }
         }
     }
+    // The bench's own workloads and tools keep the load average high, so whether others
+    // competed is what the machine spent beyond this process and its children.
+    if let (Some(busy0), Some(busy1)) = (cpu_at_start.0, busy_cpu_s()) {
+        let share = parse::other_cpu_share(
+            busy1 - busy0,
+            own_cpu_s() - cpu_at_start.1,
+            cpu_at_start.2.elapsed().as_secs_f64(),
+            machine.cpus,
+        );
+        println!(
+            "        other processes used {:.1}% of the CPUs during the overhead runs",
+            share * 100.0
+        );
+        machine.other_cpu_share = Some(share);
+        machine.loaded = share > parse::OTHER_CPU_LOADED;
+    }
     let load_end = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
-    machine.loaded |= parse::machine_is_loaded(&load_end, machine.cpus);
     machine.load_avg_at_end = load_end
         .split_whitespace()
         .take(3)

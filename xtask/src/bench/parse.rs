@@ -178,6 +178,32 @@ pub fn prom_by_label(text: &str, metric: &str, label: &str) -> BTreeMap<String, 
     out
 }
 
+/// Busy jiffies (USER_HZ) of the `cpu` line of /proc/stat: user, nice, system, irq and
+/// softirq (not idle, iowait or steal).
+pub fn busy_jiffies(stat: &str) -> Option<u64> {
+    let line = stat.lines().find(|l| l.starts_with("cpu "))?;
+    let f: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .map(|x| x.parse().ok())
+        .collect::<Option<_>>()?;
+    Some(f.first()? + f.get(1)? + f.get(2)? + f.get(5)? + f.get(6)?)
+}
+
+/// Share of the machine's CPU capacity (0-1) spent outside the bench over `elapsed_s`:
+/// the machine's busy CPU seconds less the bench's own (it and its children).
+pub fn other_cpu_share(busy_s: f64, own_s: f64, elapsed_s: f64, cpus: usize) -> f64 {
+    let capacity = elapsed_s * cpus.max(1) as f64;
+    if capacity <= 0.0 {
+        return 0.0;
+    }
+    ((busy_s - own_s) / capacity).clamp(0.0, 1.0)
+}
+
+/// Other processes above this share of the CPUs during the overhead runs: a loaded
+/// machine.
+pub const OTHER_CPU_LOADED: f64 = 0.25;
+
 /// Whether the machine is too busy for overhead figures to mean much: the 1-minute
 /// load average (first field of /proc/loadavg) above half the CPUs.
 pub fn machine_is_loaded(loadavg: &str, cpus: usize) -> bool {
@@ -416,6 +442,18 @@ mod tests {
         let out = "contended  total wait\n{\"not\": 1}\n{\"ops\": 5, \"ops_per_s\": 2.5}\nmore\n";
         assert_eq!(workload_summary(out).unwrap()["ops"], 5);
         assert!(workload_summary("ops: 5\n").is_none());
+    }
+
+    #[test]
+    fn busy_and_other_cpu() {
+        let stat = "cpu  100 5 30 1000 7 2 3 9 0 0\ncpu0 50 2 15 500 3 1 1 4 0 0\n";
+        assert_eq!(busy_jiffies(stat), Some(100 + 5 + 30 + 2 + 3));
+        assert_eq!(busy_jiffies("intr 1 2\n"), None);
+        // 10 s on 2 CPUs, 12 s busy of which 7 s the bench's own: 25% others.
+        assert!((other_cpu_share(12.0, 7.0, 10.0, 2) - 0.25).abs() < 1e-9);
+        // Children's time counted after they were reaped can exceed what /proc/stat saw.
+        assert_eq!(other_cpu_share(5.0, 7.0, 10.0, 2), 0.0);
+        assert_eq!(other_cpu_share(1.0, 0.0, 0.0, 2), 0.0);
     }
 
     #[test]

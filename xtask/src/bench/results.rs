@@ -122,7 +122,12 @@ pub struct Machine {
     /// Load average at the end of the overhead runs.
     #[serde(default)]
     pub load_avg_at_end: String,
-    /// The 1-minute load average exceeded half the CPUs: figures are noisy.
+    /// Share of the CPUs (0-1) other processes used during the overhead runs (the
+    /// machine's busy time less the bench's own and its children's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub other_cpu_share: Option<f64>,
+    /// Others used more than a quarter of the CPUs during the overhead runs (older
+    /// results: the 1-minute load average exceeded half the CPUs): figures are noisy.
     #[serde(default)]
     pub loaded: bool,
     pub lockscope_version: String,
@@ -906,12 +911,19 @@ pub fn render_markdown(r: &BenchResults) -> String {
                 m.load_avg_at_end
             );
         }
+        if let Some(o) = m.other_cpu_share {
+            let _ = writeln!(
+                s,
+                "| CPU used by other processes during the overhead runs | {:.1}% |",
+                o * 100.0
+            );
+        }
         let _ = writeln!(s, "| lockscope | {} |\n", m.lockscope_version);
         if m.loaded {
             let _ = writeln!(
                 s,
-                "> **Measured on a loaded machine** (load average above half the CPUs: other \
-                 jobs competed for the CPUs during the runs). Spreads are far larger than the \
+                "> **Measured on a loaded machine** (other processes used more than a quarter \
+                 of the CPUs during the runs). Spreads are far larger than the \
                  effects being measured, so slowdown figures here mean little; slowdown \
                  targets whose runs spread by more than {NOISY_SPREAD_PCT:.0}% are marked \
                  inconclusive. Re-run `cargo xtask bench` on a quiet machine.\n"
