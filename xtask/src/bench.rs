@@ -1495,8 +1495,8 @@ fn cost_per_event(ctx: &Ctx) -> Result<Cost> {
     })
 }
 
-/// lockscope's futex probes beside empty programs on the same tracepoints, over one run
-/// of `workload`.
+/// lockscope's futex probes beside empty programs on the same tracepoints, over two runs
+/// of `workload` (one in each attach order, summed; each order's ratio kept too).
 fn futex_cost(ctx: &Ctx, name: &str, workload: &[String]) -> Result<FutexCost> {
     let (programs, _, by_order) =
         side_by_side_fair(ctx, name, &[("floor", BPFTRACE_FUTEX_FLOOR)], workload)?;
