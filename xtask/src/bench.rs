@@ -428,8 +428,14 @@ fn full_run(ctx: &Ctx, runs: Option<usize>) -> Result<BenchResults> {
     progress.step("real-time observer: cyclictest bare and under record -a");
     let realtime = realtime_case(ctx)?;
     println!(
-        "        worst max bare {:?} us, traced {:?} us",
-        realtime.bare_max_us, realtime.traced_max_us
+        "        worst max bare {:?} us, traced {:?} us; largest spikes split {:?}",
+        realtime.bare_max_us,
+        realtime.traced_max_us,
+        realtime
+            .traced_worst_split
+            .iter()
+            .map(|s| s.map(|s| s.describe()))
+            .collect::<Vec<_>>()
     );
     progress.step("start and stop: record -- true, SIGTERM to serve, Ctrl-C, q in top");
     let start_stop = start_stop_case(ctx)?;
@@ -510,6 +516,7 @@ fn realtime_case(ctx: &Ctx) -> Result<RealTime> {
         rt.bare_max_us.push(
             cyclictest_worst(&p.stdout_text()).context("bench: no Max: in cyclictest's output")?,
         );
+        let rec = ctx.scratch.join(format!("cyclictest-traced-{i}.json"));
         let mut traced = ctx.lockscope();
         traced
             .args([
@@ -519,9 +526,10 @@ fn realtime_case(ctx: &Ctx) -> Result<RealTime> {
                 "50us",
                 "-n",
                 "0",
-                "--",
-                "cyclictest",
+                "-o",
             ])
+            .arg(&rec)
+            .args(["--", "cyclictest"])
             .args(&args);
         let mut p = Proc::spawn(
             traced,
@@ -534,6 +542,12 @@ fn realtime_case(ctx: &Ctx) -> Result<RealTime> {
             cyclictest_worst(&p.stdout_text())
                 .context("bench: no Max: in the traced cyclictest's output")?,
         );
+        let recording: Value = serde_json::from_str(
+            &std::fs::read_to_string(&rec)
+                .with_context(|| format!("bench: reading {}", rec.display()))?,
+        )
+        .with_context(|| format!("bench: parsing {}", rec.display()))?;
+        rt.traced_worst_split.push(SpikeSplit::of_worst(&recording));
     }
     Ok(rt)
 }

@@ -74,6 +74,46 @@ pub struct RealTime {
     /// Worst `Max:` over cyclictest's threads, per run, in us.
     pub bare_max_us: Vec<u64>,
     pub traced_max_us: Vec<u64>,
+    /// Per traced run: the largest spike lockscope split (its own, or cyclictest's of the
+    /// same wakeup); `None`: no spike over the threshold.
+    #[serde(default)]
+    pub traced_worst_split: Vec<Option<SpikeSplit>>,
+}
+
+/// What held a spike: how late its timer fired, and whether its CPU was idle then.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct SpikeSplit {
+    pub latency_us: u64,
+    pub timer_late_us: u64,
+    pub cpu_idle: bool,
+}
+
+impl SpikeSplit {
+    /// The largest spike of a recording (`latency_spikes`) that has a split (cyclictest's
+    /// own maximum has none when lockscope did not time that wakeup: a delay after the
+    /// thread was switched in).
+    pub fn of_worst(rec: &serde_json::Value) -> Option<Self> {
+        let worst = rec["latency_spikes"]
+            .as_array()?
+            .iter()
+            .filter(|s| s["timer_late_ns"].is_u64() && s["cpu_idle"].is_boolean())
+            .max_by_key(|s| s["latency_ns"].as_u64().unwrap_or(0))?;
+        Some(Self {
+            latency_us: worst["latency_ns"].as_u64()? / 1000,
+            timer_late_us: worst["timer_late_ns"].as_u64()? / 1000,
+            cpu_idle: worst["cpu_idle"].as_bool()?,
+        })
+    }
+
+    /// `8074 us: timer 8021 us late, cpu idle`.
+    pub fn describe(&self) -> String {
+        format!(
+            "{} us: timer {} us late{}",
+            self.latency_us,
+            self.timer_late_us,
+            if self.cpu_idle { ", cpu idle" } else { "" }
+        )
+    }
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -676,10 +716,28 @@ pub fn judge_targets(r: &BenchResults) -> Vec<TargetCheck> {
             "cyclictest's worst max under `record -a --latency-threshold` within max(3x the worst \
              bare run, 5 ms)",
             match (bare, traced, limit) {
-                (Some(b), Some(t), Some(l)) => format!(
-                    "bare {:?} us, traced {:?} us: worst {t} us against {l} us (worst bare {b})",
-                    rt.bare_max_us, rt.traced_max_us
-                ),
+                (Some(b), Some(t), Some(l)) => {
+                    let splits: Vec<String> = rt
+                        .traced_worst_split
+                        .iter()
+                        .flatten()
+                        .map(SpikeSplit::describe)
+                        .collect();
+                    format!(
+                        "bare {:?} us, traced {:?} us: worst {t} us against {l} us (worst bare \
+                         {b}){}",
+                        rt.bare_max_us,
+                        rt.traced_max_us,
+                        if splits.is_empty() {
+                            String::new()
+                        } else {
+                            format!(
+                                "; the largest spike lockscope timed in each traced run: {}",
+                                splits.join("; ")
+                            )
+                        }
+                    )
+                }
                 _ => "n/a".into(),
             },
             traced.zip(limit).map(|(t, l)| t <= l),
@@ -1259,6 +1317,37 @@ pub fn render_markdown(r: &BenchResults) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_largest_spike_and_its_split() {
+        let rec = serde_json::json!({"latency_spikes": [
+            {"latency_ns": 120_000, "timer_late_ns": 10_000, "cpu_idle": false},
+            {"latency_ns": 8_074_000, "timer_late_ns": 8_021_500, "cpu_idle": true},
+            {"latency_ns": 300_000}
+        ]});
+        let s = SpikeSplit::of_worst(&rec).unwrap();
+        assert_eq!(
+            s,
+            SpikeSplit {
+                latency_us: 8074,
+                timer_late_us: 8021,
+                cpu_idle: true
+            }
+        );
+        assert_eq!(s.describe(), "8074 us: timer 8021 us late, cpu idle");
+        // The largest has no split (a cyclictest spike lockscope did not time): the
+        // largest that has one.
+        let rec = serde_json::json!({"latency_spikes": [
+            {"latency_ns": 120_000, "timer_late_ns": 10_000, "cpu_idle": false},
+            {"latency_ns": 900_000}
+        ]});
+        assert_eq!(SpikeSplit::of_worst(&rec).unwrap().latency_us, 120);
+        assert_eq!(
+            SpikeSplit::of_worst(&serde_json::json!({"latency_spikes": [{"latency_ns": 1}]})),
+            None
+        );
+        assert_eq!(SpikeSplit::of_worst(&serde_json::json!({})), None);
+    }
 
     fn prog(owner: &str, name: &str, run_cnt: u64, run_time_ns: u64) -> ProgCost {
         ProgCost {
