@@ -172,8 +172,8 @@ pub struct RecordArgs {
     /// Time every wakeup of a real-time thread (from when its hrtimer was due to the thread
     /// running on its CPU, split into how late the timer fired, whether the CPU was idle,
     /// and the time to run) and record those slower than this (e.g. 100us, 1ms) as latency
-    /// spikes, each with the lock activity on its CPU in its window: spinning waits of 5 us or more,
-    /// sched_wait_task bursts (a tracer taking a tracee's pi_lock) and starvation
+    /// spikes, each with the lock activity on its CPU in its window: spinning waits of 5 us
+    /// or more, sched_wait_task bursts (a tracer taking a tracee's pi_lock) and starvation
     /// episodes. When the command is cyclictest, its own per-thread maxima are recorded
     /// too (source: cyclictest).
     #[arg(long, value_name = "DURATION", value_parser = parse_ns)]

@@ -203,32 +203,13 @@ fn machine(exe: &Path) -> Machine {
         cpus,
         kernel,
         date_utc,
-        loaded: parse::machine_is_loaded(&load_avg_at_start, cpus),
+        // Judged after the overhead runs (`full_run`).
+        loaded: false,
         other_cpu_share: None,
         load_avg_at_start,
         load_avg_at_end: String::new(),
         lockscope_version,
     }
-}
-
-/// CPU seconds the whole machine spent busy (user, nice, system, irq, softirq), from
-/// /proc/stat.
-fn busy_cpu_s() -> Option<f64> {
-    let stat = std::fs::read_to_string("/proc/stat").ok()?;
-    parse::busy_jiffies(&stat).map(|j| j as f64 / 100.0)
-}
-
-/// CPU seconds of this process and of its children that have been waited for.
-fn own_cpu_s() -> f64 {
-    let secs = |who| {
-        // SAFETY: getrusage fills the struct it is given.
-        let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-        // SAFETY: a valid out pointer.
-        unsafe { libc::getrusage(who, &mut ru) };
-        let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
-        tv(ru.ru_utime) + tv(ru.ru_stime)
-    };
-    secs(libc::RUSAGE_SELF) + secs(libc::RUSAGE_CHILDREN)
 }
 
 fn workloads(quick: bool) -> Vec<WorkloadSpec> {
@@ -333,7 +314,7 @@ fn full_run(ctx: &Ctx, runs: Option<usize>) -> Result<BenchResults> {
     );
 
     let mut samples: Vec<Vec<Vec<RunSample>>> = vec![vec![Vec::new(); TOOLS.len()]; specs.len()];
-    let cpu_at_start = (busy_cpu_s(), own_cpu_s(), Instant::now());
+    let cpu_at_start = (proc::busy_cpu_s(), proc::own_cpu_s(), Instant::now());
     for round in 0..runs {
         for (wi, spec) in specs.iter().enumerate() {
             for (ti, tool) in TOOLS.iter().enumerate() {
@@ -362,21 +343,29 @@ fn full_run(ctx: &Ctx, runs: Option<usize>) -> Result<BenchResults> {
         }
     }
     // The bench's own workloads and tools keep the load average high, so whether others
-    // competed is what the machine spent beyond this process and its children.
-    if let (Some(busy0), Some(busy1)) = (cpu_at_start.0, busy_cpu_s()) {
-        let share = parse::other_cpu_share(
-            busy1 - busy0,
-            own_cpu_s() - cpu_at_start.1,
-            cpu_at_start.2.elapsed().as_secs_f64(),
-            machine.cpus,
-        );
-        println!(
-            "        other processes used {:.1}% of the CPUs during the overhead runs",
-            share * 100.0
-        );
-        machine.other_cpu_share = Some(share);
-        machine.loaded = share > parse::OTHER_CPU_LOADED;
-    }
+    // competed is what the machine spent beyond this process and its children (the load
+    // average at the start only where /proc/stat cannot tell).
+    machine.other_cpu_share = cpu_at_start
+        .0
+        .zip(proc::busy_cpu_s())
+        .map(|(busy0, busy1)| {
+            parse::other_cpu_share(
+                busy1 - busy0,
+                proc::own_cpu_s() - cpu_at_start.1,
+                cpu_at_start.2.elapsed().as_secs_f64(),
+                machine.cpus,
+            )
+        });
+    machine.loaded = match machine.other_cpu_share {
+        Some(share) => {
+            println!(
+                "        other processes used {:.1}% of the CPUs during the overhead runs",
+                share * 100.0
+            );
+            share > parse::OTHER_CPU_LOADED
+        }
+        None => parse::machine_is_loaded(&machine.load_avg_at_start, machine.cpus),
+    };
     let load_end = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     machine.load_avg_at_end = load_end
         .split_whitespace()
@@ -428,14 +417,10 @@ fn full_run(ctx: &Ctx, runs: Option<usize>) -> Result<BenchResults> {
     progress.step("real-time observer: cyclictest bare and under record -a");
     let realtime = realtime_case(ctx)?;
     println!(
-        "        worst max bare {:?} us, traced {:?} us; largest spikes split {:?}",
+        "        worst max bare {:?} us, traced {:?} us; largest spike lockscope timed: {}",
         realtime.bare_max_us,
         realtime.traced_max_us,
-        realtime
-            .traced_worst_split
-            .iter()
-            .map(|s| s.map(|s| s.describe()))
-            .collect::<Vec<_>>()
+        realtime.splits_text()
     );
     progress.step("start and stop: record -- true, SIGTERM to serve, Ctrl-C, q in top");
     let start_stop = start_stop_case(ctx)?;
@@ -959,8 +944,8 @@ fn top_quit(ctx: &Ctx, name: &str) -> Result<TopRun> {
         let pressed = peer.press()?;
         let t0 = Instant::now();
         m.write_all(b"q")?;
-        // Beside a ptrace storm a key takes 40-50 s to reach even a plain reader (the
-        // terminal's input is pushed by a starved kworker): wait well past that.
+        // Beside a ptrace storm a key took up to 51 s to reach even a plain reader (the
+        // kernel delivers it late to any program): wait well past that.
         let deadline = t0 + TOP_QUIT_LIMIT;
         loop {
             if let Some(status) = child.try_wait()? {

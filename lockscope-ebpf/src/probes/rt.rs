@@ -60,10 +60,23 @@ pub static RT_GATE: Array<u32> = Array::with_max_entries(1, 0);
 #[map]
 pub static RT_COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(RT_COUNTERS_LEN, 0);
 
-/// Expired sleeper timers of real-time tasks not yet switched in: task -> (when it was
-/// due, CPU | `RT_SPIKE_IDLE` << 32, how late it fired).
+/// An expired sleeper timer of a real-time task not yet switched in.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct Pending {
+    /// When the timer was due, on the probes' clock.
+    due_ns: u64,
+    /// How late it fired.
+    late_ns: u64,
+    /// The CPU that expired it.
+    cpu: u32,
+    /// `RT_SPIKE_IDLE` when it interrupted the idle task.
+    flags: u32,
+}
+
+/// Expired sleeper timers of real-time tasks not yet switched in: task -> [`Pending`].
 #[map]
-static RT_PENDING: HashMap<u64, [u64; 3]> = HashMap::with_max_entries(RT_PENDING_MAX_ENTRIES, 0);
+static RT_PENDING: HashMap<u64, Pending> = HashMap::with_max_entries(RT_PENDING_MAX_ENTRIES, 0);
 
 #[map]
 static WAIT_TASK_STATS: HashMap<WaitTaskKey, u64> =
@@ -186,31 +199,31 @@ pub fn rt_hrtimer_expire_entry(ctx: BtfTracePointContext) -> i32 {
     }
     // SAFETY: a BPF helper without pointer arguments.
     let now = unsafe { bpf_ktime_get_ns() };
-    // SAFETY: a BPF helper without pointer arguments.
-    let cpu = unsafe { bpf_get_smp_processor_id() } as u64;
     // How late the timer fired: the expiry handler's `now` against the time it was due,
     // both in the timer's own clock base (cyclictest may sleep on CLOCK_REALTIME).
-    let base_now = read_u64(ctx.arg::<u64>(1));
     let due = read_u64(timer + rt.off_hrtimer_softexpires as u64);
-    let late = if due > 0 && base_now > due {
-        base_now - due
+    let late_ns = if due > 0 {
+        read_u64(ctx.arg::<u64>(1)).saturating_sub(due)
     } else {
         0
     };
-    // The idle task (pid 0) was interrupted: the CPU was halted when the timer came.
-    let idle = if bpf_get_current_pid_tgid() as u32 == 0 {
-        (RT_SPIKE_IDLE as u64) << 32
-    } else {
-        0
+    let pending = Pending {
+        due_ns: now.saturating_sub(late_ns),
+        late_ns,
+        // SAFETY: a BPF helper without pointer arguments.
+        cpu: unsafe { bpf_get_smp_processor_id() },
+        // The idle task (pid 0) was interrupted: the CPU was halted when the timer came.
+        flags: if bpf_get_current_pid_tgid() as u32 == 0 {
+            RT_SPIKE_IDLE
+        } else {
+            0
+        },
     };
     // SAFETY: a map value, only read, before the program returns.
     if unsafe { RT_PENDING.get(task) }.is_some() {
         rt_count(RT_CNT_WAKEUP_REPLACED);
     }
-    if RT_PENDING
-        .insert(task, [now.saturating_sub(late), cpu | idle, late], 0)
-        .is_err()
-    {
+    if RT_PENDING.insert(task, pending, 0).is_err() {
         rt_count(RT_CNT_LOST_PENDING_FULL);
     }
     0
@@ -228,11 +241,11 @@ pub fn rt_sched_switch(ctx: BtfTracePointContext) -> i32 {
     let Some(p) = (unsafe { RT_PENDING.get(next) }) else {
         return 0;
     };
-    let [due, expiry_cpu, late] = *p;
+    let p = *p;
     let _ = RT_PENDING.remove(next);
     // SAFETY: a BPF helper without pointer arguments.
     let now = unsafe { bpf_ktime_get_ns() };
-    let latency = now.saturating_sub(due);
+    let latency = now.saturating_sub(p.due_ns);
     rt_count(RT_CNT_WAKEUPS);
     if latency < rt.latency_threshold_ns {
         return 0;
@@ -247,9 +260,9 @@ pub fn rt_sched_switch(ctx: BtfTracePointContext) -> i32 {
     ev.kind = RT_EV_SPIKE;
     // SAFETY: a BPF helper without pointer arguments.
     ev.cpu = unsafe { bpf_get_smp_processor_id() };
-    ev.ts_ns = due;
+    ev.ts_ns = p.due_ns;
     ev.dur_ns = latency;
-    ev.lock = late;
+    ev.lock = p.late_ns;
     ev.tid = read_u32(next + rt.off_task_pid as u64);
     ev.tgid = read_u32(next + cfg.off_task_tgid as u64);
     ev.comm =
@@ -257,8 +270,8 @@ pub fn rt_sched_switch(ctx: BtfTracePointContext) -> i32 {
         unsafe { bpf_probe_read_kernel((next + cfg.off_task_comm as u64) as *const [u8; 16]) }
             .unwrap_or([0; 16]);
     ev.flags = read_u32(next + rt.off_task_prio as u64);
-    ev.aux = (expiry_cpu >> 32) as u32;
-    ev.count = expiry_cpu & 0xffff_ffff;
+    ev.aux = p.flags;
+    ev.count = p.cpu as u64;
     ev.foreign = [0; RT_CPUS];
     ev.foreign_tid = [0; RT_CPUS];
     if RT_EVENTS.output::<RtEvent>(&*ev, 0).is_err() {

@@ -1,9 +1,9 @@
 //! Latency spikes against lock activity (pure).
 //!
 //! A spike's window is `[ts_ns, ts_ns + latency_ns]` on its CPU: from when the thread's
-//! timer was due to the thread running. Every piece of lock activity on that CPU (a spinning wait, a
-//! burst of `sched_wait_task` acquisitions, a starvation episode from any tier) that
-//! intersects the window is an [`Overlap`], with the nanoseconds inside the window.
+//! timer was due to the thread running. Every piece of lock activity on that CPU (a
+//! spinning wait, a burst of `sched_wait_task` acquisitions, a starvation episode from any
+//! tier) that intersects the window is an [`Overlap`], with the nanoseconds inside the window.
 //! **Explained rule**: the union of the overlapping activity covers at least half the
 //! window ([`EXPLAINED_SHARE`]).
 //!

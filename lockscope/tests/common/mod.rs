@@ -285,9 +285,14 @@ fn stat_fields(pid: u32) -> Option<Vec<String>> {
     Some(rest.split_whitespace().map(str::to_owned).collect())
 }
 
+/// The fields of a process that has not exited (a zombie has: it is only not reaped).
+fn live_stat_fields(pid: u32) -> Option<Vec<String>> {
+    stat_fields(pid).filter(|f| f.first().is_some_and(|st| st != "Z"))
+}
+
 /// `pid` exists and has not exited (a zombie has).
 pub fn running(pid: u32) -> bool {
-    stat_fields(pid).is_some_and(|f| f.first().is_some_and(|st| st != "Z"))
+    live_stat_fields(pid).is_some()
 }
 
 /// The pids whose parent is `pid`.
@@ -296,13 +301,7 @@ pub fn children_of(pid: u32) -> Vec<u32> {
         return Vec::new();
     };
     dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|&p| {
-            stat_fields(p).is_some_and(|f| {
-                // A zombie is gone, only not yet reaped.
-                f.first().is_some_and(|s| s != "Z")
-                    && f.get(1).and_then(|p| p.parse().ok()) == Some(pid)
-            })
-        })
+        .filter(|&p| live_stat_fields(p).and_then(|f| f.get(1)?.parse().ok()) == Some(pid))
         .collect()
 }
 
@@ -320,15 +319,8 @@ pub fn run_ok_with_load(cmd: &mut Command, start_load: impl FnOnce() -> Backgrou
     let pid = child.id();
     // Drained from the start: a long report must not block record on a full pipe while
     // this waits for its command to go.
-    let drain = |mut r: Box<dyn std::io::Read + Send>| {
-        std::thread::spawn(move || {
-            let mut buf = Vec::new();
-            let _ = r.read_to_end(&mut buf);
-            buf
-        })
-    };
-    let stdout = drain(Box::new(child.stdout.take().expect("piped stdout")));
-    let stderr = drain(Box::new(child.stderr.take().expect("piped stderr")));
+    let stdout = drain(child.stdout.take().expect("piped stdout"));
+    let stderr = drain(child.stderr.take().expect("piped stderr"));
     // Wait while COMMAND's being there is `there` (and record runs).
     let wait_while_command = |there: bool| {
         while running(pid) && children_of(pid).is_empty() != there {
@@ -346,6 +338,15 @@ pub fn run_ok_with_load(cmd: &mut Command, start_load: impl FnOnce() -> Backgrou
         stderr: stderr.join().expect("stderr reader"),
     };
     assert_succeeded(cmd, out)
+}
+
+/// Everything `r` gives until its end, read on a thread of its own.
+fn drain(mut r: impl std::io::Read + Send + 'static) -> std::thread::JoinHandle<Vec<u8>> {
+    std::thread::spawn(move || {
+        let mut buf = Vec::new();
+        let _ = r.read_to_end(&mut buf);
+        buf
+    })
 }
 
 /// A cgroup (v2) of the test's own, removed (its processes killed first) on drop.

@@ -227,9 +227,33 @@ pub fn cpu_seconds(pid: i32) -> Option<f64> {
 fn cpu_seconds_ticks(pid: i32) -> Option<f64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     let ticks = parse::stat_cpu_ticks(&stat)?;
+    Some(ticks as f64 / clock_ticks_per_s())
+}
+
+/// The unit of /proc's tick counts (USER_HZ).
+fn clock_ticks_per_s() -> f64 {
     // SAFETY: sysconf has no preconditions.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1);
-    Some(ticks as f64 / hz as f64)
+    unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64
+}
+
+/// CPU seconds the whole machine spent busy (user, nice, system, irq, softirq), from
+/// /proc/stat.
+pub fn busy_cpu_s() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    parse::busy_jiffies(&stat).map(|j| j as f64 / clock_ticks_per_s())
+}
+
+/// CPU seconds of this process and of its children that have been waited for.
+pub fn own_cpu_s() -> f64 {
+    let secs = |who| {
+        // SAFETY: getrusage fills the struct it is given.
+        let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+        // SAFETY: a valid out pointer.
+        unsafe { libc::getrusage(who, &mut ru) };
+        let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+        tv(ru.ru_utime) + tv(ru.ru_stime)
+    };
+    secs(libc::RUSAGE_SELF) + secs(libc::RUSAGE_CHILDREN)
 }
 
 /// (VmRSS, VmHWM) of a live process, in KiB.

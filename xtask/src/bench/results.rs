@@ -116,6 +116,18 @@ impl SpikeSplit {
     }
 }
 
+impl RealTime {
+    /// Each traced run's largest split spike, `; `-separated (`none` for a run without).
+    pub fn splits_text(&self) -> String {
+        let each: Vec<String> = self
+            .traced_worst_split
+            .iter()
+            .map(|s| s.map_or_else(|| "none".to_owned(), |s| s.describe()))
+            .collect();
+        each.join("; ")
+    }
+}
+
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct StartStop {
     /// `lockscope record -- true`, seconds, per run.
@@ -717,26 +729,19 @@ pub fn judge_targets(r: &BenchResults) -> Vec<TargetCheck> {
              bare run, 5 ms)",
             match (bare, traced, limit) {
                 (Some(b), Some(t), Some(l)) => {
-                    let splits: Vec<String> = rt
-                        .traced_worst_split
-                        .iter()
-                        .flatten()
-                        .map(SpikeSplit::describe)
-                        .collect();
-                    format!(
+                    let mut text = format!(
                         "bare {:?} us, traced {:?} us: worst {t} us against {l} us (worst bare \
-                         {b}){}",
-                        rt.bare_max_us,
-                        rt.traced_max_us,
-                        if splits.is_empty() {
-                            String::new()
-                        } else {
-                            format!(
-                                "; the largest spike lockscope timed in each traced run: {}",
-                                splits.join("; ")
-                            )
-                        }
-                    )
+                         {b})",
+                        rt.bare_max_us, rt.traced_max_us
+                    );
+                    if !rt.traced_worst_split.is_empty() {
+                        let _ = write!(
+                            text,
+                            "; the largest spike lockscope timed in each traced run: {}",
+                            rt.splits_text()
+                        );
+                    }
+                    text
                 }
                 _ => "n/a".into(),
             },
