@@ -78,9 +78,17 @@ impl Session {
         // live view divided all of that by a few milliseconds.
         let (started_at, start) = (SystemTime::now(), Instant::now());
         // Read once for choosing hooks and for naming kernel addresses (the loader lets
-        // its cached copy go once attached; this one lives until naming is set up).
-        let kallsyms = crate::probe::hooks::kallsyms();
+        // its cached copy go once attached; this one lives until naming is set up), on
+        // a thread of its own: the kernel takes tens of milliseconds to write it, which
+        // the loading's BTF parsing and verification overlap.
+        let kallsyms = std::thread::Builder::new()
+            .name("kallsyms".into())
+            .spawn(crate::probe::hooks::kallsyms)
+            .map_err(|e| anyhow::anyhow!("starting a thread: {e}"))?;
         let probes = family::load(opts, rt, &mut families)?;
+        let kallsyms = kallsyms
+            .join()
+            .map_err(|_| anyhow::anyhow!("reading /proc/kallsyms panicked"))?;
         let names = KernelNames::from_kallsyms(&kallsyms);
         Ok(Self {
             probes,

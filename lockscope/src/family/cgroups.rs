@@ -19,6 +19,10 @@ impl Family for Cgroups {
         CGROUP_MOVES.name
     }
 
+    fn preload(&self, out: &mut Vec<crate::probe::loader::Preload>) {
+        crate::probe::loader::Preload::group(&CGROUP_MOVES, out);
+    }
+
     fn attach(&mut self, cx: &mut Attach<'_>) -> anyhow::Result<()> {
         cx.group(&CGROUP_MOVES)?;
         Ok(())

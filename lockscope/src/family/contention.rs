@@ -166,6 +166,15 @@ impl Family for Contention {
         out.kfuncs.extend(self.kfuncs.iter().copied());
     }
 
+    fn preload(&self, out: &mut Vec<crate::probe::loader::Preload>) {
+        use crate::probe::loader::Preload;
+        Preload::group(&CONTENTION, out);
+        Preload::group(&EXEC_NAMES, out);
+        if self.config.filter_mode == FILTER_TGIDS {
+            Preload::group(&FORK_FOLLOW, out);
+        }
+    }
+
     fn attach(&mut self, cx: &mut Attach<'_>) -> anyhow::Result<()> {
         if let Target::Pids(pids) = &cx.opts.target {
             add_targets(cx.ebpf, pids)?;

@@ -153,6 +153,22 @@ impl Family for Futex {
         out.set("FUTEX_RESTART_NR", &(libc::SYS_restart_syscall as i32));
     }
 
+    fn preload(&self, out: &mut Vec<crate::probe::loader::Preload>) {
+        if !self.wanted || groups::switched_off(FUTEX) {
+            return;
+        }
+        // The exit program first: the verifier takes longest over it.
+        let exit = FUTEX_RESTART_EXIT.0;
+        out.push(crate::probe::loader::Preload::Tracefs(exit));
+        out.extend(
+            FUTEX_PROGRAMS
+                .iter()
+                .map(|&(prog, _)| prog)
+                .filter(|&p| p != exit && !(p == FUTEX_WAKE_ENTER && cfg!(target_arch = "x86_64")))
+                .map(crate::probe::loader::Preload::Tracefs),
+        );
+    }
+
     fn attach(&mut self, cx: &mut Attach<'_>) -> anyhow::Result<()> {
         if !self.wanted {
             return Ok(());

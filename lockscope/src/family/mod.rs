@@ -38,7 +38,7 @@ use crate::{
         LoadOptions,
         btf::{KernelBtf, KernelOffsets},
         groups::Group,
-        loader::TpLinks,
+        loader::{Preload, TpLinks},
         rt::RtOptions,
     },
     symbolize::KernelNames,
@@ -57,6 +57,11 @@ pub trait Family {
 
     /// Read-only globals (name, bytes) and map sizes (name, entries) for the load.
     fn globals(&self, _out: &mut Globals) {}
+
+    /// The tracepoint programs `attach` will load, verified beforehand on a pool of
+    /// threads (`loader::preload`): the kernel's verifier takes most of a start.
+    /// Heaviest first.
+    fn preload(&self, _out: &mut Vec<Preload>) {}
 
     /// Attach the family's hooks. A kernel that lacks them gives a note, not an error.
     fn attach(&mut self, cx: &mut Attach<'_>) -> anyhow::Result<()>;
@@ -280,6 +285,12 @@ pub fn load(
     use anyhow::Context as _;
     features::require_privileges()?;
     features::bump_memlock_rlimit();
+    // aya's parses of the kernel's BTF (ours, for the programs that name kernel types
+    // and functions; the loader's own, for relocations) run on threads of their own
+    // while the families prepare: tens of milliseconds each.
+    let spawn = |name: &str| std::thread::Builder::new().name(name.into());
+    let btf = spawn("btf").spawn(Btf::from_sys_fs)?;
+    let loader = spawn("loader").spawn(aya::EbpfLoader::new)?;
     let kbtf = KernelBtf::load(std::path::Path::new(VMLINUX_BTF))?;
     let offsets = KernelOffsets::from_btf(&kbtf)?;
     let mut notes: Vec<String> = offsets
@@ -300,8 +311,23 @@ pub fn load(
     for f in families.all() {
         f.globals(&mut globals);
     }
-    let btf = Btf::from_sys_fs().context("reading kernel BTF")?;
-    let ebpf = Probes::load_object(&btf, &globals)?;
+    let joined = |what| anyhow::anyhow!("{what} panicked");
+    let btf = btf
+        .join()
+        .map_err(|_| joined("parsing the kernel's BTF"))?
+        .context("reading kernel BTF")?;
+    let loader = loader
+        .join()
+        .map_err(|_| joined("parsing the kernel's BTF"))?;
+    let mut ebpf = Probes::load_object(loader, &globals)?;
+    // Verify what will be attached on every CPU at once. The futex family's exit program
+    // takes the verifier longest: the families are asked in reverse order, so that it
+    // starts first.
+    let mut wanted = Vec::new();
+    for f in families.all().into_iter().rev() {
+        f.preload(&mut wanted);
+    }
+    crate::probe::loader::preload(&mut ebpf, &btf, &wanted);
     let mut probes = Probes {
         ebpf,
         links: TpLinks::default(),

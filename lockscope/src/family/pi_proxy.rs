@@ -50,6 +50,12 @@ impl Family for PiProxy {
         out.set("RT_CONFIG", &self.config);
     }
 
+    fn preload(&self, out: &mut Vec<crate::probe::loader::Preload>) {
+        if self.ok {
+            crate::probe::loader::Preload::group(&PI_LOCK_PROXY, out);
+        }
+    }
+
     fn attach(&mut self, cx: &mut Attach<'_>) -> anyhow::Result<()> {
         if self.ok {
             cx.group(&PI_LOCK_PROXY)?;

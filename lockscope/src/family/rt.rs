@@ -59,6 +59,12 @@ impl Family for RealTime {
         Ok(())
     }
 
+    fn preload(&self, out: &mut Vec<crate::probe::loader::Preload>) {
+        if self.opts.is_some() {
+            crate::probe::loader::Preload::group(&RT_LATENCY, out);
+        }
+    }
+
     fn attach(&mut self, cx: &mut Attach<'_>) -> anyhow::Result<()> {
         if self.opts.is_none() {
             return Ok(());

@@ -187,14 +187,19 @@ pub struct Probes {
 }
 
 impl Probes {
-    /// Load the object with the families' globals and map sizes.
-    pub fn load_object(btf: &Btf, g: &crate::family::Globals) -> anyhow::Result<Ebpf> {
+    /// Load the object with the families' globals and map sizes. `loader`: a new
+    /// loader, which has parsed the kernel's BTF itself (`EbpfLoader::new`, made on
+    /// another thread while the families prepare).
+    pub fn load_object(
+        loader: EbpfLoader<'static>,
+        g: &crate::family::Globals,
+    ) -> anyhow::Result<Ebpf> {
         let (globals, map_sizes) = (&g.globals, &g.map_sizes);
-        let mut loader = EbpfLoader::new();
+        let test_sizes = test_map_sizes()?;
+        let mut loader: EbpfLoader<'_> = loader;
         // The futex calls in flight live in task storage, which aya loads but has no
         // userspace type for (read through the task iterator instead).
         loader.allow_unsupported_maps();
-        let test_sizes = test_map_sizes()?;
         for (map, n) in &test_sizes {
             loader.map_max_entries(map, *n);
         }
@@ -205,7 +210,6 @@ impl Probes {
             loader.override_global(name, bytes.as_slice(), true);
         }
         let ebpf = loader
-            .btf(Some(btf))
             .load(ProbesObject::new(&g.kfuncs)?.bytes())
             .context("loading the eBPF probes into the kernel")?;
         // The loader ignores a size for a map the object lacks: a misspelt name would
@@ -234,6 +238,73 @@ impl Probes {
     pub fn take_map(&mut self, name: &str) -> Option<aya::maps::Map> {
         self.ebpf.take_map(name)
     }
+}
+
+/// A program to verify before the families attach it (see [`preload`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Preload {
+    /// A tracefs tracepoint program.
+    Tracefs(&'static str),
+    /// A `tp_btf` program and its BTF tracepoint.
+    TpBtf(&'static str, &'static str),
+}
+
+impl Preload {
+    /// The programs of group `g`, unless the test switch takes it for missing.
+    pub fn group(g: &Group, out: &mut Vec<Preload>) {
+        if !groups::switched_off(g.name) {
+            out.extend(g.hooks.iter().map(|&(p, tp)| Preload::TpBtf(p, tp)));
+        }
+    }
+
+    fn program(&self) -> &'static str {
+        match *self {
+            Preload::Tracefs(p) | Preload::TpBtf(p, _) => p,
+        }
+    }
+}
+
+/// Load (verify) the `wanted` programs of `ebpf` on as many threads as there are CPUs,
+/// in the order given (heaviest first: a thread takes the next when it is done). The
+/// verifier is most of a start, and one program at a time uses one CPU. A program that
+/// fails here stays unloaded: attaching loads it again and reports why.
+pub fn preload(ebpf: &mut Ebpf, btf: &Btf, wanted: &[Preload]) {
+    let mut by_name: std::collections::HashMap<&str, &mut aya::programs::Program> =
+        ebpf.programs_mut().collect();
+    let mut jobs: Vec<(&mut aya::programs::Program, Preload)> = Vec::new();
+    for w in wanted {
+        if let Some(p) = by_name.remove(w.program()) {
+            jobs.push((p, *w));
+        }
+    }
+    jobs.reverse(); // popped from the end
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(jobs.len());
+    let queue = std::sync::Mutex::new(jobs);
+    let work = || {
+        loop {
+            let next = queue.lock().unwrap_or_else(|e| e.into_inner()).pop();
+            let Some((program, how)) = next else {
+                return;
+            };
+            match (program, how) {
+                (aya::programs::Program::TracePoint(p), Preload::Tracefs(_)) => {
+                    let _ = p.load();
+                }
+                (aya::programs::Program::BtfTracePoint(p), Preload::TpBtf(_, tp)) => {
+                    let _ = p.load(tp, btf);
+                }
+                _ => {}
+            }
+        }
+    };
+    std::thread::scope(|s| {
+        for _ in 1..threads {
+            s.spawn(work);
+        }
+        work();
+    });
 }
 
 /// Put `pids` in the kernel's target set.
@@ -300,9 +371,11 @@ impl TpLinks {
             .program_mut(prog)
             .ok_or_else(|| anyhow!("program {prog} missing from the eBPF object"))?
             .try_into()?;
-        program
-            .load(tp, btf)
-            .with_context(|| format!("loading tp_btf/{tp}"))?;
+        if program.fd().is_err() {
+            program
+                .load(tp, btf)
+                .with_context(|| format!("loading tp_btf/{tp}"))?;
+        }
         let id = program
             .attach()
             .with_context(|| format!("attaching tp_btf/{tp}"))?;
