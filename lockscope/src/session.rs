@@ -55,6 +55,47 @@ pub struct Session {
     forgotten: std::cell::Cell<Forgotten>,
 }
 
+/// A start taking longer than this says why (`probe::release::slow_start_note`).
+const SLOW_START_NOTE_AFTER: Duration = Duration::from_secs(2);
+
+/// While alive, a thread that tells the user once when the start has taken `after`, and
+/// what it is likely waiting for; dropped when the probes are attached.
+struct SlowStartWatch {
+    done: Option<std::sync::mpsc::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl SlowStartWatch {
+    fn new(after: Duration) -> Self {
+        let (done, rx) = std::sync::mpsc::channel::<()>();
+        let thread = std::thread::Builder::new()
+            .name("slow-start".into())
+            .spawn(move || {
+                if rx.recv_timeout(after) == Err(std::sync::mpsc::RecvTimeoutError::Timeout) {
+                    let keepers = crate::probe::release::keepers();
+                    eprintln!(
+                        "{}",
+                        crate::probe::release::slow_start_note(after.as_secs(), &keepers)
+                    );
+                }
+            })
+            .ok();
+        Self {
+            done: Some(done),
+            thread,
+        }
+    }
+}
+
+impl Drop for SlowStartWatch {
+    fn drop(&mut self) {
+        drop(self.done.take());
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
 impl Session {
     /// Load and attach the probes. `target` describes what is traced, for reports.
     pub fn start(opts: &LoadOptions, target: String) -> anyhow::Result<Self> {
@@ -85,7 +126,10 @@ impl Session {
             .name("kallsyms".into())
             .spawn(crate::probe::hooks::kallsyms)
             .map_err(|e| anyhow::anyhow!("starting a thread: {e}"))?;
-        let probes = family::load(opts, rt, &mut families)?;
+        let probes = {
+            let _watch = SlowStartWatch::new(SLOW_START_NOTE_AFTER);
+            family::load(opts, rt, &mut families)?
+        };
         let kallsyms = kallsyms
             .join()
             .map_err(|_| anyhow::anyhow!("reading /proc/kallsyms panicked"))?;

@@ -58,3 +58,56 @@ pub fn keep_until_exit() -> bool {
         }
     }
 }
+
+/// The comm of the keeper.
+const KEEPER_COMM: &str = "lockscope-bg";
+
+/// Pids of the keepers still alive (an earlier run's, releasing its attachments).
+pub fn keepers() -> Vec<u32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let mut pids: Vec<u32> = dir
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                .is_ok_and(|c| c.trim_end() == KEEPER_COMM)
+        })
+        .collect();
+    pids.sort_unstable();
+    pids
+}
+
+/// What a start that is taking long tells the user, given the keepers alive.
+pub fn slow_start_note(after_s: u64, keepers: &[u32]) -> String {
+    let head = format!("lockscope: still attaching after {after_s} s");
+    if keepers.is_empty() {
+        return format!("{head} (the kernel's verifier and allocator: a busy machine slows them)");
+    }
+    let pids: Vec<String> = keepers.iter().map(u32::to_string).collect();
+    format!(
+        "{head}: the kernel is releasing an earlier run's futex tracepoints ({KEEPER_COMM}, \
+         pid {}), one grace period each under a kernel mutex that attaching them needs too; \
+         heavy ptrace or system-call load stretches that to tens of seconds",
+        pids.join(", ")
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_slow_start_names_the_keepers_it_waits_behind() {
+        let n = slow_start_note(2, &[41, 7]);
+        assert!(
+            n.starts_with("lockscope: still attaching after 2 s: "),
+            "{n}"
+        );
+        assert!(n.contains("(lockscope-bg, pid 41, 7)"), "{n}");
+        let n = slow_start_note(2, &[]);
+        assert!(!n.contains("lockscope-bg"), "{n}");
+        assert!(n.contains("verifier"), "{n}");
+    }
+}
