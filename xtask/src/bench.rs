@@ -417,10 +417,12 @@ fn full_run(ctx: &Ctx, runs: Option<usize>) -> Result<BenchResults> {
     progress.step("real-time observer: cyclictest bare and under record -a");
     let realtime = realtime_case(ctx)?;
     println!(
-        "        worst max bare {:?} us, traced {:?} us; largest spike lockscope timed: {}",
+        "        worst max bare {:?} us, traced {:?} us; largest spike lockscope timed: {}; \
+         steal: {}",
         realtime.bare_max_us,
         realtime.traced_max_us,
-        realtime.splits_text()
+        realtime.splits_text(),
+        realtime.steal_text()
     );
     progress.step("start and stop: record -- true, SIGTERM to serve, Ctrl-C, q in top");
     let start_stop = start_stop_case(ctx)?;
@@ -483,6 +485,12 @@ fn cyclictest_worst(text: &str) -> Option<u64> {
         .max()
 }
 
+/// Milliseconds of steal since `before` (`proc::steal_s`).
+fn steal_ms_since(before: Option<f64>) -> Option<u64> {
+    let now = proc::steal_s()?;
+    Some(((now - before?).max(0.0) * 1000.0).round() as u64)
+}
+
 /// cyclictest alone and beside a system-wide recording with latency tracing, alternating.
 fn realtime_case(ctx: &Ctx) -> Result<RealTime> {
     let (runs, secs) = if ctx.quick { (1, "2") } else { (3, "6") };
@@ -496,8 +504,10 @@ fn realtime_case(ctx: &Ctx) -> Result<RealTime> {
     for i in 0..runs {
         let mut bare = Command::new("cyclictest");
         bare.args(&args);
+        let steal = proc::steal_s();
         let mut p = Proc::spawn(bare, &ctx.scratch, &format!("cyclictest-bare-{i}"), false)?;
         p.wait(Duration::from_secs(120))?;
+        rt.bare_steal_ms.push(steal_ms_since(steal));
         rt.bare_max_us.push(
             cyclictest_worst(&p.stdout_text()).context("bench: no Max: in cyclictest's output")?,
         );
@@ -516,6 +526,7 @@ fn realtime_case(ctx: &Ctx) -> Result<RealTime> {
             .arg(&rec)
             .args(["--", "cyclictest"])
             .args(&args);
+        let steal = proc::steal_s();
         let mut p = Proc::spawn(
             traced,
             &ctx.scratch,
@@ -523,6 +534,7 @@ fn realtime_case(ctx: &Ctx) -> Result<RealTime> {
             false,
         )?;
         p.wait(Duration::from_secs(180))?;
+        rt.traced_steal_ms.push(steal_ms_since(steal));
         rt.traced_max_us.push(
             cyclictest_worst(&p.stdout_text())
                 .context("bench: no Max: in the traced cyclictest's output")?,

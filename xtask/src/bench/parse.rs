@@ -190,6 +190,13 @@ pub fn busy_jiffies(stat: &str) -> Option<u64> {
     Some(f.first()? + f.get(1)? + f.get(2)? + f.get(5)? + f.get(6)?)
 }
 
+/// Steal jiffies (USER_HZ) of the `cpu` line of /proc/stat: time the hypervisor ran
+/// something else while a virtual CPU of this machine was ready to run.
+pub fn steal_jiffies(stat: &str) -> Option<u64> {
+    let line = stat.lines().find(|l| l.starts_with("cpu "))?;
+    line.split_whitespace().nth(8)?.parse().ok()
+}
+
 /// Share of the machine's CPU capacity (0-1) spent outside the bench over `elapsed_s`:
 /// the machine's busy CPU seconds less the bench's own (it and its children).
 pub fn other_cpu_share(busy_s: f64, own_s: f64, elapsed_s: f64, cpus: usize) -> f64 {
@@ -449,6 +456,11 @@ mod tests {
         let stat = "cpu  100 5 30 1000 7 2 3 9 0 0\ncpu0 50 2 15 500 3 1 1 4 0 0\n";
         assert_eq!(busy_jiffies(stat), Some(100 + 5 + 30 + 2 + 3));
         assert_eq!(busy_jiffies("intr 1 2\n"), None);
+        assert_eq!(
+            steal_jiffies("cpu  286927 0 182604 282409 1418 0 2098 312 0 0\n"),
+            Some(312)
+        );
+        assert_eq!(steal_jiffies("cpu  1 2 3 4 5 6 7\n"), None);
         // 10 s on 2 CPUs, 12 s busy of which 7 s the bench's own: 25% others.
         assert!((other_cpu_share(12.0, 7.0, 10.0, 2) - 0.25).abs() < 1e-9);
         // Children's time counted after they were reaped can exceed what /proc/stat saw.

@@ -243,6 +243,13 @@ pub fn busy_cpu_s() -> Option<f64> {
     parse::busy_jiffies(&stat).map(|j| j as f64 / clock_ticks_per_s())
 }
 
+/// CPU seconds the hypervisor took from this machine's ready virtual CPUs (steal, all
+/// CPUs), from /proc/stat; 0 on bare metal.
+pub fn steal_s() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    parse::steal_jiffies(&stat).map(|j| j as f64 / clock_ticks_per_s())
+}
+
 /// CPU seconds of this process and of its children that have been waited for.
 pub fn own_cpu_s() -> f64 {
     let secs = |who| {

@@ -78,6 +78,13 @@ pub struct RealTime {
     /// same wakeup); `None`: no spike over the threshold.
     #[serde(default)]
     pub traced_worst_split: Vec<Option<SpikeSplit>>,
+    /// CPU time the hypervisor took from the machine (steal, all CPUs) during each run,
+    /// in ms (`None`: unreadable). A late timer on an idle virtual CPU is one the host
+    /// did not run in time, and shows here.
+    #[serde(default)]
+    pub bare_steal_ms: Vec<Option<u64>>,
+    #[serde(default)]
+    pub traced_steal_ms: Vec<Option<u64>>,
 }
 
 /// What held a spike: how late its timer fired, and whether its CPU was idle then.
@@ -126,6 +133,59 @@ impl RealTime {
             .collect();
         each.join("; ")
     }
+
+    /// The verdict on the traced runs against `limit` (us): met when every run is within
+    /// it; else missed, unless each run over it lost at least its excess to the host
+    /// (steal): then the host, not the tracer, may have made it, and one cannot tell.
+    pub fn verdict(&self, limit: u64) -> Verdict {
+        let over: Vec<usize> = (0..self.traced_max_us.len())
+            .filter(|&i| self.traced_max_us[i] > limit)
+            .collect();
+        if over.is_empty() {
+            return Verdict::Met;
+        }
+        let stolen = |i: usize| {
+            self.traced_steal_ms
+                .get(i)
+                .copied()
+                .flatten()
+                .is_some_and(|ms| ms * 1000 >= self.traced_max_us[i] - limit)
+        };
+        if over.iter().all(|&i| stolen(i)) {
+            Verdict::Host
+        } else {
+            Verdict::Missed
+        }
+    }
+
+    /// `bare [0, 0, 0] ms, traced [0, 10, 100] ms` (`?` where unreadable); empty when
+    /// not measured.
+    pub fn steal_text(&self) -> String {
+        if self.bare_steal_ms.is_empty() && self.traced_steal_ms.is_empty() {
+            return String::new();
+        }
+        let list = |v: &[Option<u64>]| {
+            let each: Vec<String> = v
+                .iter()
+                .map(|m| m.map_or_else(|| "?".to_owned(), |m| m.to_string()))
+                .collect();
+            format!("[{}]", each.join(", "))
+        };
+        format!(
+            "bare {} ms, traced {} ms",
+            list(&self.bare_steal_ms),
+            list(&self.traced_steal_ms)
+        )
+    }
+}
+
+/// How the traced cyclictest runs stand against their limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    Met,
+    Missed,
+    /// Over the limit, but every run over it lost at least its excess to the hypervisor.
+    Host,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -741,12 +801,31 @@ pub fn judge_targets(r: &BenchResults) -> Vec<TargetCheck> {
                             rt.splits_text()
                         );
                     }
+                    let steal = rt.steal_text();
+                    if !steal.is_empty() {
+                        let _ = write!(text, "; CPU time the host took (steal): {steal}");
+                    }
+                    if rt.verdict(l) == Verdict::Host {
+                        text.push_str(
+                            "; every run over the limit lost at least its excess to the host: \
+                             the host, not the tracer, may have made it",
+                        );
+                    }
                     text
                 }
                 _ => "n/a".into(),
             },
-            traced.zip(limit).map(|(t, l)| t <= l),
+            limit.and_then(|l| match rt.verdict(l) {
+                Verdict::Met => Some(true),
+                Verdict::Missed => Some(false),
+                Verdict::Host => None,
+            }),
         ));
+        if limit.is_some_and(|l| rt.verdict(l) == Verdict::Host)
+            && let Some(c) = out.last_mut()
+        {
+            c.status = "inconclusive".into();
+        }
     }
     if let Some(ss) = &r.start_stop {
         start_stop_checks(&mut out, ss, "");
@@ -1322,6 +1401,32 @@ pub fn render_markdown(r: &BenchResults) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_run_over_the_limit_is_the_hosts_only_if_it_lost_its_excess() {
+        let rt = |traced: Vec<u64>, steal: Vec<Option<u64>>| RealTime {
+            traced_max_us: traced,
+            traced_steal_ms: steal,
+            ..Default::default()
+        };
+        assert_eq!(
+            rt(vec![1679, 1114], vec![Some(0), Some(0)]).verdict(5000),
+            Verdict::Met
+        );
+        // 99.3 ms against 5 ms: 94.3 ms over; 100 ms stolen covers it, 90 ms does not.
+        let host = rt(vec![1679, 99_315], vec![Some(0), Some(100)]);
+        assert_eq!(host.verdict(5000), Verdict::Host);
+        assert_eq!(
+            rt(vec![1679, 99_315], vec![Some(0), Some(90)]).verdict(5000),
+            Verdict::Missed
+        );
+        assert_eq!(rt(vec![99_315], vec![None]).verdict(5000), Verdict::Missed);
+        assert_eq!(rt(vec![99_315], vec![]).verdict(5000), Verdict::Missed);
+        let mut shown = host.clone();
+        shown.bare_steal_ms = vec![Some(0), None];
+        assert_eq!(shown.steal_text(), "bare [0, ?] ms, traced [0, 100] ms");
+        assert_eq!(RealTime::default().steal_text(), "");
+    }
 
     #[test]
     fn the_largest_spike_and_its_split() {
