@@ -592,7 +592,7 @@ const UNTIMED_TS: u64 = 1;
 fn account(call: &FutexCall, ret: i64, now: u64, unpaired: bool) {
     let mut uaddr = call.uaddr;
     if call.cmd == FUTEX2_WAITV && ret > 0 && (ret as u64) < call.nr as u64 && !unpaired {
-        let (woke, _) = waitv_entry(call.waiters, ret as u64);
+        let woke = waitv_woke(call.waiters, ret as u64);
         if woke != 0 {
             uaddr = woke;
         }
@@ -602,9 +602,12 @@ fn account(call: &FutexCall, ret: i64, now: u64, unpaired: bool) {
         tgid: call.tgid,
         _pad: 0,
     };
+    // The rare paths below (an entry created, a PI thread's name) are calls of their
+    // own: what they leave on the stack would otherwise double the paths the verifier
+    // walks through the rest of this function (tens of milliseconds at every start).
     let stats = FUTEX_STATS.get_ptr_mut(key).or_else(|| {
-        remember_comm(call.tgid);
-        new_stats_entry(key)
+        create_stats_entry(uaddr, call.tgid);
+        FUTEX_STATS.get_ptr_mut(key)
     });
     let Some(s) = stats else {
         fcount(FCNT_LOST_STATS_FULL);
@@ -629,14 +632,7 @@ fn account(call: &FutexCall, ret: i64, now: u64, unpaired: bool) {
         || class == FUTEX_CLASS_UNLOCK_PI
         || class == FUTEX_CLASS_TRYLOCK_PI
     {
-        // This thread may be (or become) a PI owner: remember its name.
-        let tid = bpf_get_current_pid_tgid() as u32;
-        // SAFETY: a map value, only read, before the program returns.
-        if unsafe { FUTEX_COMMS.get(tid) }.is_none()
-            && let Ok(comm) = bpf_get_current_comm()
-        {
-            let _ = FUTEX_COMMS.insert(tid, comm, 0);
-        }
+        remember_thread_comm();
     }
     if call.flags & FUTEX_CALL_PI_WORD != 0 {
         let owner = call.pi_word & FUTEX_TID_MASK;
@@ -652,21 +648,68 @@ fn account(call: &FutexCall, ret: i64, now: u64, unpaired: bool) {
         s.pi_word_unreadable += 1;
     }
 
-    match futex_outcome(class, ret) {
-        FUTEX_OUTCOME_EAGAIN => s.eagain += 1,
-        FUTEX_OUTCOME_WAITED => s.wait.add(now.saturating_sub(call.ts_ns), false),
+    // One update of the wait statistics for the three outcomes that waited: each copy
+    // of it is verified again along every path that reaches it.
+    let (waited, failed) = match futex_outcome(class, ret) {
+        FUTEX_OUTCOME_EAGAIN => {
+            s.eagain += 1;
+            (false, false)
+        }
+        FUTEX_OUTCOME_WAITED => (true, false),
         FUTEX_OUTCOME_TIMEOUT => {
             s.timeouts += 1;
-            s.wait.add(now.saturating_sub(call.ts_ns), true);
+            (true, true)
         }
         FUTEX_OUTCOME_INTERRUPTED => {
             s.interrupted += 1;
-            s.wait.add(now.saturating_sub(call.ts_ns), true);
+            (true, true)
         }
-        FUTEX_OUTCOME_ERROR => s.errors += 1,
-        FUTEX_OUTCOME_WOKE => s.woken += ret as u64,
-        FUTEX_OUTCOME_REQUEUED => s.requeued += ret as u64,
-        _ => {}
+        FUTEX_OUTCOME_ERROR => {
+            s.errors += 1;
+            (false, false)
+        }
+        FUTEX_OUTCOME_WOKE => {
+            s.woken += ret as u64;
+            (false, false)
+        }
+        FUTEX_OUTCOME_REQUEUED => {
+            s.requeued += ret as u64;
+            (false, false)
+        }
+        _ => (false, false),
+    };
+    if waited {
+        s.wait.add(now.saturating_sub(call.ts_ns), failed);
+    }
+}
+
+/// The futex of `waiters[i]` (a user `struct futex_waitv` array); 0 if unreadable.
+#[inline(never)]
+fn waitv_woke(waiters: u64, i: u64) -> u64 {
+    waitv_entry(waiters, i).0
+}
+
+/// Create the `FUTEX_STATS` entry of (`uaddr`, `tgid`), which a lookup did not find,
+/// remembering the process's name.
+#[inline(never)]
+fn create_stats_entry(uaddr: u64, tgid: u32) {
+    remember_comm(tgid);
+    let _ = new_stats_entry(FutexKey {
+        uaddr,
+        tgid,
+        _pad: 0,
+    });
+}
+
+/// The current thread may be (or become) a PI owner: remember its name.
+#[inline(never)]
+fn remember_thread_comm() {
+    let tid = bpf_get_current_pid_tgid() as u32;
+    // SAFETY: a map value, only read, before the program returns.
+    if unsafe { FUTEX_COMMS.get(tid) }.is_none()
+        && let Ok(comm) = bpf_get_current_comm()
+    {
+        let _ = FUTEX_COMMS.insert(tid, comm, 0);
     }
 }
 
