@@ -133,6 +133,8 @@ impl Session {
         let kallsyms = kallsyms
             .join()
             .map_err(|_| anyhow::anyhow!("reading /proc/kallsyms panicked"))?;
+        // The read may have finished after the loader let the cache go: let it go now.
+        crate::probe::hooks::forget_kallsyms();
         let names = KernelNames::from_kallsyms(&kallsyms);
         Ok(Self {
             probes,

@@ -54,6 +54,11 @@ pub struct Contention {
 }
 
 impl Contention {
+    /// The fork follower: only for pid targets.
+    fn follows_forks_wanted(&self) -> bool {
+        self.config.filter_mode == FILTER_TGIDS
+    }
+
     /// Read from /proc the names of the holders not named yet (each thread once).
     fn learn_holder_names(&self, holders: &[(HolderKey, HolderStats)]) {
         let mut seen = self.holder_comms.borrow_mut();
@@ -168,9 +173,10 @@ impl Family for Contention {
 
     fn preload(&self, out: &mut Vec<crate::probe::loader::Preload>) {
         use crate::probe::loader::Preload;
+        // The groups `attach` attaches.
         Preload::group(&CONTENTION, out);
         Preload::group(&EXEC_NAMES, out);
-        if self.config.filter_mode == FILTER_TGIDS {
+        if self.follows_forks_wanted() {
             Preload::group(&FORK_FOLLOW, out);
         }
     }
@@ -187,8 +193,7 @@ impl Family for Contention {
             .context("loading the task iterator that counts the sleeping waits in progress")?;
         cx.group(&CONTENTION)?;
         cx.group(&EXEC_NAMES)?;
-        // The fork follower only for pid targets.
-        if self.config.filter_mode == FILTER_TGIDS {
+        if self.follows_forks_wanted() {
             self.follows_forks = cx.group(&FORK_FOLLOW)?;
         }
         Ok(())

@@ -46,6 +46,16 @@ const FUTEX_WAKE_ENTER: &str = "futex_wake_enter";
 /// (`FUTEX_RESTART_NR`): one program fewer to verify at start.
 pub const FUTEX_RESTART_EXIT: (&str, &str) = ("futex_exit", "sys_exit_restart_syscall");
 
+/// The (program, tracepoint) pairs attached, in order: the futex syscalls', then
+/// `restart_syscall`'s exit. Not `futex_wake`'s entry on x86_64, where the exit handles
+/// those calls whole.
+fn attached_programs() -> impl Iterator<Item = (&'static str, &'static str)> {
+    FUTEX_PROGRAMS
+        .into_iter()
+        .chain([FUTEX_RESTART_EXIT])
+        .filter(|&(prog, _)| !(prog == FUTEX_WAKE_ENTER && cfg!(target_arch = "x86_64")))
+}
+
 /// Record user-space locks for these types (`None`: all types)?
 pub fn wants_futex(types: &Option<Vec<LockType>>) -> bool {
     types
@@ -111,11 +121,7 @@ impl Futex {
             ));
             return Ok(());
         }
-        for (prog, tp) in FUTEX_PROGRAMS.into_iter().chain([FUTEX_RESTART_EXIT]) {
-            if prog == FUTEX_WAKE_ENTER && cfg!(target_arch = "x86_64") {
-                // The exit handles futex_wake(2) calls whole: nothing to do at entry.
-                continue;
-            }
+        for (prog, tp) in attached_programs() {
             if !features::tracepoint_exists(&tracefs, "syscalls", tp) {
                 self.missing.push(tp.to_owned());
                 continue;
@@ -157,16 +163,11 @@ impl Family for Futex {
         if !self.wanted || groups::switched_off(FUTEX) {
             return;
         }
-        // The exit program first: the verifier takes longest over it.
-        let exit = FUTEX_RESTART_EXIT.0;
-        out.push(crate::probe::loader::Preload::Tracefs(exit));
-        out.extend(
-            FUTEX_PROGRAMS
-                .iter()
-                .map(|&(prog, _)| prog)
-                .filter(|&p| p != exit && !(p == FUTEX_WAKE_ENTER && cfg!(target_arch = "x86_64")))
-                .map(crate::probe::loader::Preload::Tracefs),
-        );
+        use crate::probe::loader::Preload;
+        // The exit program first: the verifier takes longest over it (a program listed
+        // twice is verified once).
+        out.push(Preload::Tracefs(FUTEX_RESTART_EXIT.0));
+        out.extend(attached_programs().map(|(prog, _)| Preload::Tracefs(prog)));
     }
 
     fn attach(&mut self, cx: &mut Attach<'_>) -> anyhow::Result<()> {

@@ -277,14 +277,13 @@ pub fn preload(ebpf: &mut Ebpf, btf: &Btf, wanted: &[Preload]) {
             jobs.push((p, *w));
         }
     }
-    jobs.reverse(); // popped from the end
     let threads = std::thread::available_parallelism()
         .map_or(1, |n| n.get())
         .min(jobs.len());
-    let queue = std::sync::Mutex::new(jobs);
+    let queue = std::sync::Mutex::new(jobs.into_iter());
     let work = || {
         loop {
-            let next = queue.lock().unwrap_or_else(|e| e.into_inner()).pop();
+            let next = queue.lock().unwrap_or_else(|e| e.into_inner()).next();
             let Some((program, how)) = next else {
                 return;
             };

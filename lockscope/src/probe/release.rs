@@ -110,4 +110,23 @@ mod tests {
         assert!(!n.contains("lockscope-bg"), "{n}");
         assert!(n.contains("verifier"), "{n}");
     }
+
+    #[test]
+    fn keepers_are_found_by_their_name() {
+        // A process whose comm is the keeper's: `sleep`, copied under that name.
+        let dir = std::env::temp_dir().join(format!("lockscope-keepers-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let exe = dir.join(KEEPER_COMM);
+        std::fs::copy("/bin/sleep", &exe).unwrap();
+        let mut child = std::process::Command::new(&exe).arg("30").spawn().unwrap();
+        let found = (0..100).any(|_| {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+            keepers().contains(&child.id())
+        });
+        let _ = child.kill();
+        let _ = child.wait();
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert!(found, "pid {} not among {:?}", child.id(), keepers());
+        assert!(!keepers().contains(&child.id()));
+    }
 }

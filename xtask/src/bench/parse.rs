@@ -178,23 +178,27 @@ pub fn prom_by_label(text: &str, metric: &str, label: &str) -> BTreeMap<String, 
     out
 }
 
-/// Busy jiffies (USER_HZ) of the `cpu` line of /proc/stat: user, nice, system, irq and
-/// softirq (not idle, iowait or steal).
-pub fn busy_jiffies(stat: &str) -> Option<u64> {
+/// The jiffies (USER_HZ) of the `cpu` line of /proc/stat: user, nice, system, idle,
+/// iowait, irq, softirq, steal, ...
+fn cpu_jiffies(stat: &str) -> Option<Vec<u64>> {
     let line = stat.lines().find(|l| l.starts_with("cpu "))?;
-    let f: Vec<u64> = line
-        .split_whitespace()
+    line.split_whitespace()
         .skip(1)
         .map(|x| x.parse().ok())
-        .collect::<Option<_>>()?;
+        .collect()
+}
+
+/// Busy jiffies of the `cpu` line of /proc/stat: user, nice, system, irq and softirq
+/// (not idle, iowait or steal).
+pub fn busy_jiffies(stat: &str) -> Option<u64> {
+    let f = cpu_jiffies(stat)?;
     Some(f.first()? + f.get(1)? + f.get(2)? + f.get(5)? + f.get(6)?)
 }
 
-/// Steal jiffies (USER_HZ) of the `cpu` line of /proc/stat: time the hypervisor ran
-/// something else while a virtual CPU of this machine was ready to run.
+/// Steal jiffies of the `cpu` line of /proc/stat: time the hypervisor ran something
+/// else while a virtual CPU of this machine was ready to run.
 pub fn steal_jiffies(stat: &str) -> Option<u64> {
-    let line = stat.lines().find(|l| l.starts_with("cpu "))?;
-    line.split_whitespace().nth(8)?.parse().ok()
+    cpu_jiffies(stat)?.get(7).copied()
 }
 
 /// Share of the machine's CPU capacity (0-1) spent outside the bench over `elapsed_s`:

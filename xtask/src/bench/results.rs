@@ -138,20 +138,20 @@ impl RealTime {
     /// it; else missed, unless each run over it lost at least its excess to the host
     /// (steal): then the host, not the tracer, may have made it, and one cannot tell.
     pub fn verdict(&self, limit: u64) -> Verdict {
-        let over: Vec<usize> = (0..self.traced_max_us.len())
-            .filter(|&i| self.traced_max_us[i] > limit)
-            .collect();
-        if over.is_empty() {
+        let mut over = self
+            .traced_max_us
+            .iter()
+            .enumerate()
+            .filter(|&(_, &max)| max > limit)
+            .peekable();
+        if over.peek().is_none() {
             return Verdict::Met;
         }
-        let stolen = |i: usize| {
-            self.traced_steal_ms
-                .get(i)
-                .copied()
-                .flatten()
-                .is_some_and(|ms| ms * 1000 >= self.traced_max_us[i] - limit)
+        let stolen = |(i, max): (usize, &u64)| {
+            let steal = self.traced_steal_ms.get(i).copied().flatten();
+            steal.is_some_and(|ms| ms * 1000 >= max - limit)
         };
-        if over.iter().all(|&i| stolen(i)) {
+        if over.all(stolen) {
             Verdict::Host
         } else {
             Verdict::Missed
@@ -784,7 +784,8 @@ pub fn judge_targets(r: &BenchResults) -> Vec<TargetCheck> {
         let bare = rt.bare_max_us.iter().max().copied();
         let traced = rt.traced_max_us.iter().max().copied();
         let limit = bare.map(|b| (3 * b).max(5000));
-        out.push(check(
+        let verdict = limit.map(|l| rt.verdict(l));
+        let mut c = check(
             "cyclictest's worst max under `record -a --latency-threshold` within max(3x the worst \
              bare run, 5 ms)",
             match (bare, traced, limit) {
@@ -805,7 +806,7 @@ pub fn judge_targets(r: &BenchResults) -> Vec<TargetCheck> {
                     if !steal.is_empty() {
                         let _ = write!(text, "; CPU time the host took (steal): {steal}");
                     }
-                    if rt.verdict(l) == Verdict::Host {
+                    if verdict == Some(Verdict::Host) {
                         text.push_str(
                             "; every run over the limit lost at least its excess to the host: \
                              the host, not the tracer, may have made it",
@@ -815,17 +816,16 @@ pub fn judge_targets(r: &BenchResults) -> Vec<TargetCheck> {
                 }
                 _ => "n/a".into(),
             },
-            limit.and_then(|l| match rt.verdict(l) {
+            verdict.and_then(|v| match v {
                 Verdict::Met => Some(true),
                 Verdict::Missed => Some(false),
                 Verdict::Host => None,
             }),
-        ));
-        if limit.is_some_and(|l| rt.verdict(l) == Verdict::Host)
-            && let Some(c) = out.last_mut()
-        {
+        );
+        if verdict == Some(Verdict::Host) {
             c.status = "inconclusive".into();
         }
+        out.push(c);
     }
     if let Some(ss) = &r.start_stop {
         start_stop_checks(&mut out, ss, "");
