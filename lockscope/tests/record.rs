@@ -376,17 +376,11 @@ fn a_hung_up_terminal_still_gets_its_recording_written() {
     }
     thread::sleep(Duration::from_millis(500));
     drop(master);
-    let t1 = std::time::Instant::now();
-    let status = loop {
-        if let Some(s) = rec.try_wait().unwrap() {
-            break s;
-        }
-        if t1.elapsed() > Duration::from_secs(20) {
-            let _ = rec.kill();
-            panic!("record still running 20 s after its terminal hung up");
-        }
-        thread::sleep(Duration::from_millis(10));
-    };
+    let status = wait_exit(
+        &mut rec,
+        Duration::from_secs(20),
+        "record still running 20 s after its terminal hung up",
+    );
     let stderr = std::fs::read_to_string(&err).unwrap();
     assert!(
         stderr.contains("lockscope: SIGHUP: recording stopped"),
@@ -712,17 +706,11 @@ fn a_command_that_ignores_ctrl_c_holds_neither_the_report_nor_the_shell() {
     );
     // SAFETY: as above.
     unsafe { libc::kill(rec.id() as i32, libc::SIGINT) };
-    let t2 = std::time::Instant::now();
-    let status = loop {
-        if let Some(s) = rec.try_wait().unwrap() {
-            break s;
-        }
-        if t2.elapsed() > Duration::from_secs(20) {
-            let _ = rec.kill();
-            panic!("record still waiting 20 s after the second Ctrl-C");
-        }
-        thread::sleep(Duration::from_millis(10));
-    };
+    let status = wait_exit(
+        &mut rec,
+        Duration::from_secs(20),
+        "record still waiting 20 s after the second Ctrl-C",
+    );
     let stderr = err.join().unwrap();
     assert!(
         stderr.contains("waiting for the command") && stderr.contains("Ctrl-C ends it"),

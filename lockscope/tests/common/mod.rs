@@ -290,6 +290,26 @@ fn live_stat_fields(pid: u32) -> Option<Vec<String>> {
     stat_fields(pid).filter(|f| f.first().is_some_and(|st| st != "Z"))
 }
 
+/// Wait for `child` to exit, polling every 10 ms; past `limit`, kill it and fail with
+/// `what` ("record still running 20 s after ...").
+pub fn wait_exit(
+    child: &mut std::process::Child,
+    limit: std::time::Duration,
+    what: &str,
+) -> std::process::ExitStatus {
+    let start = std::time::Instant::now();
+    loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            return s;
+        }
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            panic!("{what}");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
 /// `pid` exists and has not exited (a zombie has).
 pub fn running(pid: u32) -> bool {
     live_stat_fields(pid).is_some()
