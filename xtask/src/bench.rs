@@ -35,12 +35,13 @@ pub struct BenchOptions {
     pub render: bool,
 }
 
-const TOOLS: [Tool; 5] = [
+const TOOLS: [Tool; 6] = [
     Tool::Untraced,
     Tool::Record,
     Tool::Serve,
     Tool::Perf,
     Tool::Bpftrace,
+    Tool::SyscallFloor,
 ];
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,6 +51,9 @@ enum Tool {
     Serve,
     Perf,
     Bpftrace,
+    /// Empty programs on the syscall tracepoints lockscope's futex probes use: what any
+    /// tracer of futex calls costs every system call on the machine, before its own work.
+    SyscallFloor,
 }
 
 impl Tool {
@@ -60,6 +64,7 @@ impl Tool {
             Tool::Serve => "serve",
             Tool::Perf => "perf",
             Tool::Bpftrace => "bpftrace",
+            Tool::SyscallFloor => "syscall-floor",
         }
     }
 }
@@ -72,6 +77,13 @@ tracepoint:lock:contention_end /@start[tid]/ {
   @wait_ns[args->lock_addr] = hist(nsecs - @start[tid]); delete(@start[tid]); @end = count();
 }
 END { clear(@start); }";
+
+/// Empty programs on every syscall tracepoint the futex probes attach to (futex(2), the
+/// futex2 calls, restart_syscall): attaching any makes every task take the traced
+/// syscall path.
+const BPFTRACE_SYSCALL_FLOOR: &str = "\
+tracepoint:syscalls:sys_enter_futex*, tracepoint:syscalls:sys_exit_futex*,
+tracepoint:syscalls:sys_enter_restart_syscall, tracepoint:syscalls:sys_exit_restart_syscall { }";
 
 /// An empty program on the same tracepoint: the floor of cost per event.
 const BPFTRACE_FLOOR: &str = "tracepoint:lock:contention_begin { }";
@@ -1147,6 +1159,11 @@ fn run_once(ctx: &Ctx, tool: Tool, args: &[String]) -> Result<RunSample> {
             c.args(["-e", BPFTRACE_SCRIPT, "-c"]).arg(&ctx.cat);
             Some(Proc::spawn(c, dir, "bpftrace", true)?)
         }
+        Tool::SyscallFloor => {
+            let mut c = Command::new("bpftrace");
+            c.args(["-e", BPFTRACE_SYSCALL_FLOOR, "-c"]).arg(&ctx.cat);
+            Some(Proc::spawn(c, dir, "syscall-floor", true)?)
+        }
     };
     let mut serve = None;
     if tool == Tool::Serve {
@@ -1238,7 +1255,7 @@ fn run_once(ctx: &Ctx, tool: Tool, args: &[String]) -> Result<RunSample> {
                     .context("bench: bpftrace printed no @begin")?,
             );
         }
-        Tool::Untraced | Tool::Serve => {}
+        Tool::Untraced | Tool::Serve | Tool::SyscallFloor => {}
     }
     Ok(sample)
 }
