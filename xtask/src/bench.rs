@@ -78,11 +78,15 @@ tracepoint:lock:contention_end /@start[tid]/ {
 }
 END { clear(@start); }";
 
-/// Empty programs on every syscall tracepoint the futex probes attach to (futex(2), the
-/// futex2 calls, restart_syscall): attaching any makes every task take the traced
-/// syscall path.
+/// Empty programs on the syscall tracepoints the futex probes attach to on x86_64 (the
+/// family's `attached_programs`: futex(2), the futex2 calls but `futex_wake`'s entry,
+/// restart_syscall): attaching any makes every task take the traced syscall path.
 const BPFTRACE_SYSCALL_FLOOR: &str = "\
-tracepoint:syscalls:sys_enter_futex*, tracepoint:syscalls:sys_exit_futex*,
+tracepoint:syscalls:sys_enter_futex, tracepoint:syscalls:sys_exit_futex,
+tracepoint:syscalls:sys_enter_futex_wait, tracepoint:syscalls:sys_exit_futex_wait,
+tracepoint:syscalls:sys_exit_futex_wake,
+tracepoint:syscalls:sys_enter_futex_waitv, tracepoint:syscalls:sys_exit_futex_waitv,
+tracepoint:syscalls:sys_enter_futex_requeue, tracepoint:syscalls:sys_exit_futex_requeue,
 tracepoint:syscalls:sys_enter_restart_syscall, tracepoint:syscalls:sys_exit_restart_syscall { }";
 
 /// An empty program on the same tracepoint: the floor of cost per event.
@@ -517,8 +521,10 @@ fn realtime_case(ctx: &Ctx) -> Result<RealTime> {
         let mut bare = Command::new("cyclictest");
         bare.args(&args);
         let steal = proc::steal_s();
+        let burst = proc::StealSampler::start();
         let mut p = Proc::spawn(bare, &ctx.scratch, &format!("cyclictest-bare-{i}"), false)?;
         p.wait(Duration::from_secs(120))?;
+        rt.bare_steal_burst_ms.push(burst.finish(STEAL_WINDOW_S));
         rt.bare_steal_ms.push(steal_ms_since(steal));
         rt.bare_max_us.push(
             cyclictest_worst(&p.stdout_text()).context("bench: no Max: in cyclictest's output")?,
@@ -539,6 +545,7 @@ fn realtime_case(ctx: &Ctx) -> Result<RealTime> {
             .args(["--", "cyclictest"])
             .args(&args);
         let steal = proc::steal_s();
+        let burst = proc::StealSampler::start();
         let mut p = Proc::spawn(
             traced,
             &ctx.scratch,
@@ -546,6 +553,7 @@ fn realtime_case(ctx: &Ctx) -> Result<RealTime> {
             false,
         )?;
         p.wait(Duration::from_secs(180))?;
+        rt.traced_steal_burst_ms.push(burst.finish(STEAL_WINDOW_S));
         rt.traced_steal_ms.push(steal_ms_since(steal));
         rt.traced_max_us.push(
             cyclictest_worst(&p.stdout_text())

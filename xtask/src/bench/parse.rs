@@ -201,6 +201,36 @@ pub fn steal_jiffies(stat: &str) -> Option<u64> {
     cpu_jiffies(stat)?.get(7).copied()
 }
 
+/// Steal jiffies of each `cpuN` line of /proc/stat, in CPU order.
+pub fn steal_jiffies_per_cpu(stat: &str) -> Vec<u64> {
+    stat.lines()
+        .filter(|l| {
+            l.strip_prefix("cpu")
+                .is_some_and(|rest| rest.starts_with(|c: char| c.is_ascii_digit()))
+        })
+        .filter_map(|l| l.split_whitespace().nth(8)?.parse().ok())
+        .collect()
+}
+
+/// The most steal one CPU took within any `window_s` of a series of per-CPU steal
+/// readings (`(seconds since start, jiffies per CPU)`, in time order), in jiffies. A
+/// timer 100 ms late on an idle virtual CPU needs the host to have held that CPU about
+/// as long at once: steal spread thinly over a whole run cannot have made it.
+pub fn max_steal_in_window(samples: &[(f64, Vec<u64>)], window_s: f64) -> Option<u64> {
+    let cpus = samples.iter().map(|(_, v)| v.len()).min()?;
+    let mut best = 0;
+    for cpu in 0..cpus {
+        let mut start = 0;
+        for (t_end, v_end) in samples {
+            while t_end - samples[start].0 > window_s {
+                start += 1;
+            }
+            best = best.max(v_end[cpu].saturating_sub(samples[start].1[cpu]));
+        }
+    }
+    Some(best)
+}
+
 /// Share of the machine's CPU capacity (0-1) spent outside the bench over `elapsed_s`:
 /// the machine's busy CPU seconds less the bench's own (it and its children).
 pub fn other_cpu_share(busy_s: f64, own_s: f64, elapsed_s: f64, cpus: usize) -> f64 {
@@ -453,6 +483,28 @@ mod tests {
         let out = "contended  total wait\n{\"not\": 1}\n{\"ops\": 5, \"ops_per_s\": 2.5}\nmore\n";
         assert_eq!(workload_summary(out).unwrap()["ops"], 5);
         assert!(workload_summary("ops: 5\n").is_none());
+    }
+
+    #[test]
+    fn steal_per_cpu_and_its_largest_burst() {
+        let stat = "cpu  100 5 30 1000 7 2 3 9 0 0\n\
+                    cpu0 50 2 15 500 3 1 1 4 0 0\n\
+                    cpu1 50 3 15 500 4 1 2 5 0 0\n\
+                    cpufreq 1\nintr 1 2\n";
+        assert_eq!(steal_jiffies_per_cpu(stat), vec![4, 5]);
+        assert_eq!(steal_jiffies_per_cpu("intr 1 2\n"), Vec::<u64>::new());
+        // CPU 1 loses 10 jiffies in 0.1 s; CPU 0 loses 12, but spread over 0.6 s.
+        let samples = vec![
+            (0.0, vec![0, 0]),
+            (0.2, vec![4, 0]),
+            (0.4, vec![8, 0]),
+            (0.5, vec![10, 10]),
+            (0.6, vec![12, 10]),
+        ];
+        assert_eq!(max_steal_in_window(&samples, 0.25), Some(10));
+        assert_eq!(max_steal_in_window(&samples, 1.0), Some(12));
+        assert_eq!(max_steal_in_window(&samples[..1], 0.25), Some(0));
+        assert_eq!(max_steal_in_window(&[], 0.25), None);
     }
 
     #[test]

@@ -250,6 +250,44 @@ pub fn steal_s() -> Option<f64> {
     parse::steal_jiffies(&stat).map(|j| j as f64 / clock_ticks_per_s())
 }
 
+/// Each CPU's steal, read from /proc/stat every 20 ms on a thread of its own until
+/// `finish`: whether the host held one CPU long enough, at once, to make a spike.
+pub struct StealSampler {
+    stop: Arc<AtomicBool>,
+    thread: JoinHandle<Vec<(f64, Vec<u64>)>>,
+}
+
+impl StealSampler {
+    pub fn start() -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let t0 = Instant::now();
+            let mut samples = Vec::new();
+            while !flag.load(Ordering::Relaxed) {
+                if let Ok(stat) = std::fs::read_to_string("/proc/stat") {
+                    let v = parse::steal_jiffies_per_cpu(&stat);
+                    if !v.is_empty() {
+                        samples.push((t0.elapsed().as_secs_f64(), v));
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            samples
+        });
+        StealSampler { stop, thread }
+    }
+
+    /// The most steal one CPU took within any `window_s` since `start`, in ms (`None`:
+    /// /proc/stat had no per-CPU steal).
+    pub fn finish(self, window_s: f64) -> Option<u64> {
+        self.stop.store(true, Ordering::Relaxed);
+        let samples = self.thread.join().ok()?;
+        parse::max_steal_in_window(&samples, window_s)
+            .map(|j| (j as f64 / clock_ticks_per_s() * 1000.0).round() as u64)
+    }
+}
+
 /// CPU seconds of this process and of its children that have been waited for.
 pub fn own_cpu_s() -> f64 {
     let secs = |who| {
