@@ -62,21 +62,41 @@ pub fn keep_until_exit() -> bool {
 /// The comm of the keeper.
 const KEEPER_COMM: &str = "lockscope-bg";
 
-/// Pids of the keepers still alive (an earlier run's, releasing its attachments).
+/// Pids of the keepers releasing an earlier run's attachments: alive (not zombies),
+/// and left by the run that forked them (reparented), which is when they let go; a
+/// keeper whose run is still going only holds.
 pub fn keepers() -> Vec<u32> {
     let Ok(dir) = std::fs::read_dir("/proc") else {
         return Vec::new();
     };
+    let comm = |pid: u32| {
+        std::fs::read_to_string(format!("/proc/{pid}/comm")).map(|c| c.trim_end().to_owned())
+    };
     let mut pids: Vec<u32> = dir
         .flatten()
         .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|pid| {
-            std::fs::read_to_string(format!("/proc/{pid}/comm"))
-                .is_ok_and(|c| c.trim_end() == KEEPER_COMM)
+        .filter(|&pid| comm(pid).is_ok_and(|c| c == KEEPER_COMM))
+        .filter(|&pid| {
+            let Some((state, ppid)) = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .ok()
+                .as_deref()
+                .and_then(state_and_parent)
+            else {
+                return false;
+            };
+            state != 'Z' && comm(ppid).is_ok_and(|c| c != "lockscope")
         })
         .collect();
     pids.sort_unstable();
     pids
+}
+
+/// (state, parent pid) of a `/proc/PID/stat` line; the command name may hold spaces and
+/// parentheses, so the fields are read after its last `)`.
+fn state_and_parent(stat: &str) -> Option<(char, u32)> {
+    let mut rest = stat[stat.rfind(')')? + 1..].split_whitespace();
+    let state = rest.next()?.chars().next()?;
+    Some((state, rest.next()?.parse().ok()?))
 }
 
 /// What a start that is taking long tells the user, given the keepers alive.
@@ -97,6 +117,17 @@ pub fn slow_start_note(after_s: u64, keepers: &[u32]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn state_and_parent_read_past_the_command_name() {
+        assert_eq!(
+            state_and_parent("812 (lockscope-bg) S 1 812 812 0 -1 4194368"),
+            Some(('S', 1))
+        );
+        assert_eq!(state_and_parent("9 (a) b) (c) Z 77 9 9"), Some(('Z', 77)));
+        assert_eq!(state_and_parent("9 (x"), None);
+        assert_eq!(state_and_parent("9 (x) R"), None);
+    }
 
     #[test]
     fn a_slow_start_names_the_keepers_it_waits_behind() {
