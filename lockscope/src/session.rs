@@ -122,17 +122,15 @@ impl Session {
         // its cached copy go once attached; this one lives until naming is set up), on
         // a thread of its own: the kernel takes tens of milliseconds to write it, which
         // the loading's BTF parsing and verification overlap.
-        let kallsyms = std::thread::Builder::new()
-            .name("kallsyms".into())
-            .spawn(crate::probe::hooks::kallsyms)
-            .map_err(|e| anyhow::anyhow!("starting a thread: {e}"))?;
+        let kallsyms =
+            crate::probe::loader::Beside::start("kallsyms", crate::probe::hooks::kallsyms);
         let probes = {
             let _watch = SlowStartWatch::new(SLOW_START_NOTE_AFTER);
             family::load(opts, rt, &mut families)?
         };
         let kallsyms = kallsyms
             .join()
-            .map_err(|_| anyhow::anyhow!("reading /proc/kallsyms panicked"))?;
+            .ok_or_else(|| anyhow::anyhow!("reading /proc/kallsyms panicked"))?;
         // The read may have finished after the loader let the cache go: let it go now.
         crate::probe::hooks::forget_kallsyms();
         let names = KernelNames::from_kallsyms(&kallsyms);

@@ -164,10 +164,22 @@ impl Family for Futex {
             return;
         }
         use crate::probe::loader::Preload;
+        // Only what `attach_probes` will attach: without the futex(2) pair nothing, else
+        // the programs whose tracepoints this kernel has (a program left loaded for
+        // nothing would stay so for the whole session).
+        let tracefs = features::tracefs_path();
+        let exists = |tp: &str| features::tracepoint_exists(&tracefs, "syscalls", tp);
+        if !(exists("sys_enter_futex") && exists("sys_exit_futex")) {
+            return;
+        }
         // The exit program first: the verifier takes longest over it (a program listed
         // twice is verified once).
         out.push(Preload::Tracefs(FUTEX_RESTART_EXIT.0));
-        out.extend(attached_programs().map(|(prog, _)| Preload::Tracefs(prog)));
+        out.extend(
+            attached_programs()
+                .filter(|&(_, tp)| exists(tp))
+                .map(|(prog, _)| Preload::Tracefs(prog)),
+        );
     }
 
     fn attach(&mut self, cx: &mut Attach<'_>) -> anyhow::Result<()> {

@@ -281,16 +281,15 @@ pub fn load(
     rt: Option<RtOptions>,
     families: &mut Families,
 ) -> anyhow::Result<crate::probe::Probes> {
-    use crate::probe::{Probes, btf::VMLINUX_BTF, features};
+    use crate::probe::{Probes, btf::VMLINUX_BTF, features, loader::Beside};
     use anyhow::Context as _;
     features::require_privileges()?;
     features::bump_memlock_rlimit();
     // aya's parses of the kernel's BTF (ours, for the programs that name kernel types
     // and functions; the loader's own, for relocations) run on threads of their own
     // while the families prepare: tens of milliseconds each.
-    let spawn = |name: &str| std::thread::Builder::new().name(name.into());
-    let btf = spawn("btf").spawn(Btf::from_sys_fs)?;
-    let loader = spawn("loader").spawn(aya::EbpfLoader::new)?;
+    let btf = Beside::start("btf", Btf::from_sys_fs);
+    let loader = Beside::start("loader", aya::EbpfLoader::new);
     let kbtf = KernelBtf::load(std::path::Path::new(VMLINUX_BTF))?;
     let offsets = KernelOffsets::from_btf(&kbtf)?;
     let mut notes: Vec<String> = offsets
@@ -314,17 +313,18 @@ pub fn load(
     let joined = |what| anyhow::anyhow!("{what} panicked");
     let btf = btf
         .join()
-        .map_err(|_| joined("parsing the kernel's BTF"))?
+        .ok_or_else(|| joined("parsing the kernel's BTF"))?
         .context("reading kernel BTF")?;
     let loader = loader
         .join()
-        .map_err(|_| joined("parsing the kernel's BTF"))?;
+        .ok_or_else(|| joined("parsing the kernel's BTF"))?;
     let mut ebpf = Probes::load_object(loader, &globals)?;
     // Verify what will be attached on every CPU at once. The futex family's exit program
-    // takes the verifier longest: the families are asked in reverse order, so that it
-    // starts first.
+    // takes the verifier longest: it is asked first, so that the others verify beside
+    // it (a program listed twice is verified once).
     let mut wanted = Vec::new();
-    for f in families.all().into_iter().rev() {
+    families.futex.preload(&mut wanted);
+    for f in families.all() {
         f.preload(&mut wanted);
     }
     crate::probe::loader::preload(&mut ebpf, &btf, &wanted);

@@ -299,11 +299,52 @@ pub fn preload(ebpf: &mut Ebpf, btf: &Btf, wanted: &[Preload]) {
         }
     };
     std::thread::scope(|s| {
-        for _ in 1..threads {
-            s.spawn(work);
+        for i in 1..threads {
+            // A thread the system refuses (pids.max, RLIMIT_NPROC) only means fewer
+            // verifying at once: this one drains the queue anyway.
+            let _ = std::thread::Builder::new()
+                .name(format!("verify-{i}"))
+                .spawn_scoped(s, work);
         }
         work();
     });
+}
+
+/// Work started on a thread of its own beside the caller's, or, where the system grants
+/// no thread (a container's `pids.max`, `RLIMIT_NPROC`), done at once on the caller's:
+/// the thread is only a speed-up.
+pub enum Beside<T> {
+    Thread(std::thread::JoinHandle<Option<T>>),
+    Done(T),
+}
+
+impl<T: Send + 'static> Beside<T> {
+    pub fn start<F: FnOnce() -> T + Send + 'static>(name: &str, work: F) -> Self {
+        // `spawn` drops its closure when it fails: keep the work where both can take it.
+        let cell = std::sync::Arc::new(std::sync::Mutex::new(Some(work)));
+        let theirs = std::sync::Arc::clone(&cell);
+        let spawned = std::thread::Builder::new()
+            .name(name.into())
+            .spawn(move || {
+                let work = theirs.lock().unwrap_or_else(|e| e.into_inner()).take();
+                work.map(|w| w())
+            });
+        match spawned {
+            Ok(handle) => Beside::Thread(handle),
+            Err(_) => {
+                let work = cell.lock().unwrap_or_else(|e| e.into_inner()).take();
+                Beside::Done(work.expect("work taken by a thread that never started")())
+            }
+        }
+    }
+
+    /// The work's result; `None` if its thread panicked.
+    pub fn join(self) -> Option<T> {
+        match self {
+            Beside::Thread(handle) => handle.join().ok().flatten(),
+            Beside::Done(result) => Some(result),
+        }
+    }
 }
 
 /// Put `pids` in the kernel's target set.
@@ -552,6 +593,15 @@ mod tests {
             .chunks_exact(8)
             .filter(|i| i[0] == 0x85 && i[1] >> 4 == src && i[4..8] == imm.to_le_bytes())
             .count()
+    }
+
+    #[test]
+    fn work_beside_gives_its_result_or_none_when_it_panicked() {
+        let answer = Beside::start("test-beside", || 6 * 7);
+        assert_eq!(answer.join(), Some(42));
+        let panicked = Beside::start("test-beside-panic", || -> u32 { panic!("on purpose") });
+        assert_eq!(panicked.join(), None);
+        assert_eq!(Beside::Done(5).join(), Some(5));
     }
 
     #[test]
