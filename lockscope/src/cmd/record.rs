@@ -290,10 +290,9 @@ fn describe_target(args: &RecordArgs, target: &Target) -> String {
 /// Has this process exited (gone, or a zombie waiting for its parent)?
 fn process_exited(pid: u32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        // The state follows the parenthesised command name.
-        Ok(stat) => stat
-            .rsplit_once(')')
-            .is_some_and(|(_, rest)| matches!(rest.trim_start().chars().next(), Some('Z' | 'X'))),
+        Ok(stat) => {
+            features::state_and_parent(&stat).is_some_and(|(state, _)| matches!(state, 'Z' | 'X'))
+        }
         Err(_) => true,
     }
 }

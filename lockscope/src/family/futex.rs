@@ -56,6 +56,14 @@ fn attached_programs() -> impl Iterator<Item = (&'static str, &'static str)> {
         .filter(|&(prog, _)| !(prog == FUTEX_WAKE_ENTER && cfg!(target_arch = "x86_64")))
 }
 
+/// The futex(2) tracepoint this kernel lacks, if any: without the pair the family
+/// attaches nothing.
+fn missing_futex_pair(tracefs: &Path) -> Option<&'static str> {
+    ["sys_enter_futex", "sys_exit_futex"]
+        .into_iter()
+        .find(|tp| !features::tracepoint_exists(tracefs, "syscalls", tp))
+}
+
 /// Record user-space locks for these types (`None`: all types)?
 pub fn wants_futex(types: &Option<Vec<LockType>>) -> bool {
     types
@@ -98,10 +106,7 @@ impl Futex {
     /// listed in `missing`).
     fn attach_probes(&mut self, cx: &mut Attach<'_>) -> anyhow::Result<()> {
         let tracefs = features::tracefs_path();
-        if let Some(tp) = ["sys_enter_futex", "sys_exit_futex"]
-            .into_iter()
-            .find(|tp| !features::tracepoint_exists(&tracefs, "syscalls", tp))
-        {
+        if let Some(tp) = missing_futex_pair(&tracefs) {
             cx.notes.push(format!(
                 "user-space locks (futexes) are not traced: this kernel has no \
                  syscalls:{tp} tracepoint (needs CONFIG_FTRACE_SYSCALLS); kernel locks are \
@@ -168,10 +173,10 @@ impl Family for Futex {
         // the programs whose tracepoints this kernel has (a program left loaded for
         // nothing would stay so for the whole session).
         let tracefs = features::tracefs_path();
-        let exists = |tp: &str| features::tracepoint_exists(&tracefs, "syscalls", tp);
-        if !(exists("sys_enter_futex") && exists("sys_exit_futex")) {
+        if missing_futex_pair(&tracefs).is_some() {
             return;
         }
+        let exists = |tp: &str| features::tracepoint_exists(&tracefs, "syscalls", tp);
         // The exit program first: the verifier takes longest over it (a program listed
         // twice is verified once).
         out.push(Preload::Tracefs(FUTEX_RESTART_EXIT.0));

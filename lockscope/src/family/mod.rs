@@ -320,11 +320,14 @@ pub fn load(
         .ok_or_else(|| joined("parsing the kernel's BTF"))?;
     let mut ebpf = Probes::load_object(loader, &globals)?;
     // Verify what will be attached on every CPU at once. The futex family's exit program
-    // takes the verifier longest: it is asked first, so that the others verify beside
-    // it (a program listed twice is verified once).
+    // takes the verifier longest: that family is asked first, so that the others verify
+    // beside it.
     let mut wanted = Vec::new();
-    families.futex.preload(&mut wanted);
-    for f in families.all() {
+    let all = families.all();
+    let (futex, others): (Vec<&dyn Family>, Vec<&dyn Family>) = all
+        .into_iter()
+        .partition(|f| f.name() == crate::probe::groups::FUTEX);
+    for f in futex.into_iter().chain(others) {
         f.preload(&mut wanted);
     }
     crate::probe::loader::preload(&mut ebpf, &btf, &wanted);

@@ -21,6 +21,14 @@ pub fn tracefs_path() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from("/sys/kernel/tracing"))
 }
 
+/// (state, parent pid) of a `/proc/PID/stat` line; the command name may hold spaces and
+/// parentheses, so the fields are read after its last `)`.
+pub fn state_and_parent(stat: &str) -> Option<(char, u32)> {
+    let mut rest = stat[stat.rfind(')')? + 1..].split_whitespace();
+    let state = rest.next()?.chars().next()?;
+    Some((state, rest.next()?.parse().ok()?))
+}
+
 /// Effective capabilities from `/proc/self/status` (`CapEff:` hex mask).
 pub fn effective_caps(status: &str) -> Option<u64> {
     status
@@ -144,6 +152,17 @@ pub fn kernel_release() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn state_and_parent_read_past_the_command_name() {
+        assert_eq!(
+            state_and_parent("812 (lockscope-bg) S 1 812 812 0 -1 4194368"),
+            Some(('S', 1))
+        );
+        assert_eq!(state_and_parent("9 (a) b) (c) Z 77 9 9"), Some(('Z', 77)));
+        assert_eq!(state_and_parent("9 (x"), None);
+        assert_eq!(state_and_parent("9 (x) R"), None);
+    }
 
     #[test]
     fn caps_parse_and_decide() {

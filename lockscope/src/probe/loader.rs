@@ -320,21 +320,18 @@ pub enum Beside<T> {
 
 impl<T: Send + 'static> Beside<T> {
     pub fn start<F: FnOnce() -> T + Send + 'static>(name: &str, work: F) -> Self {
-        // `spawn` drops its closure when it fails: keep the work where both can take it.
-        let cell = std::sync::Arc::new(std::sync::Mutex::new(Some(work)));
-        let theirs = std::sync::Arc::clone(&cell);
-        let spawned = std::thread::Builder::new()
+        // The work goes to the thread only once it runs: refused, it is still here.
+        let (tx, rx) = std::sync::mpsc::channel::<F>();
+        match std::thread::Builder::new()
             .name(name.into())
-            .spawn(move || {
-                let work = theirs.lock().unwrap_or_else(|e| e.into_inner()).take();
-                work.map(|w| w())
-            });
-        match spawned {
-            Ok(handle) => Beside::Thread(handle),
-            Err(_) => {
-                let work = cell.lock().unwrap_or_else(|e| e.into_inner()).take();
-                Beside::Done(work.expect("work taken by a thread that never started")())
+            .spawn(move || rx.recv().ok().map(|w| w()))
+        {
+            Ok(handle) => {
+                // The thread holds the receiver until it has taken the work.
+                let _ = tx.send(work);
+                Beside::Thread(handle)
             }
+            Err(_) => Beside::Done(work()),
         }
     }
 

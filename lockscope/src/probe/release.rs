@@ -80,7 +80,7 @@ pub fn keepers() -> Vec<u32> {
             let Some((state, ppid)) = std::fs::read_to_string(format!("/proc/{pid}/stat"))
                 .ok()
                 .as_deref()
-                .and_then(state_and_parent)
+                .and_then(super::features::state_and_parent)
             else {
                 return false;
             };
@@ -89,14 +89,6 @@ pub fn keepers() -> Vec<u32> {
         .collect();
     pids.sort_unstable();
     pids
-}
-
-/// (state, parent pid) of a `/proc/PID/stat` line; the command name may hold spaces and
-/// parentheses, so the fields are read after its last `)`.
-fn state_and_parent(stat: &str) -> Option<(char, u32)> {
-    let mut rest = stat[stat.rfind(')')? + 1..].split_whitespace();
-    let state = rest.next()?.chars().next()?;
-    Some((state, rest.next()?.parse().ok()?))
 }
 
 /// What a start that is taking long tells the user, given the keepers alive.
@@ -117,17 +109,6 @@ pub fn slow_start_note(after_s: u64, keepers: &[u32]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn state_and_parent_read_past_the_command_name() {
-        assert_eq!(
-            state_and_parent("812 (lockscope-bg) S 1 812 812 0 -1 4194368"),
-            Some(('S', 1))
-        );
-        assert_eq!(state_and_parent("9 (a) b) (c) Z 77 9 9"), Some(('Z', 77)));
-        assert_eq!(state_and_parent("9 (x"), None);
-        assert_eq!(state_and_parent("9 (x) R"), None);
-    }
 
     #[test]
     fn a_slow_start_names_the_keepers_it_waits_behind() {
