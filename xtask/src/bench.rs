@@ -231,6 +231,7 @@ fn machine(exe: &Path) -> Machine {
 fn workloads(quick: bool) -> Vec<WorkloadSpec> {
     let secs = if quick { "1" } else { "3" };
     let spec = |name: &str, args: &[&str]| WorkloadSpec {
+        settle_s: 0.0,
         name: name.to_string(),
         args: args
             .iter()
@@ -256,7 +257,7 @@ fn workloads(quick: bool) -> Vec<WorkloadSpec> {
         ),
         // A bystander: one thread's uncontended pthread mutex loop, which no probe may
         // touch (no lock call of it blocks), beside each system-wide tracer.
-        spec(
+        bystander(spec(
             "pthread bystander",
             &[
                 "pthread-mutex",
@@ -267,12 +268,35 @@ fn workloads(quick: bool) -> Vec<WorkloadSpec> {
                 "--seconds",
                 secs,
             ],
-        ),
+        )),
         // A second bystander: system calls that touch no lock. Syscall tracepoints (the
         // futex probes) make every task on the machine take the slow syscall path.
-        spec(SYSCALL_BYSTANDER, &["syscall-loop", "--seconds", secs]),
+        bystander(spec(
+            SYSCALL_BYSTANDER,
+            &["syscall-loop", "--seconds", secs],
+        )),
     ]
 }
+
+/// A bystander starts once the tracer has run for [`BYSTANDER_SETTLE`]: it measures a
+/// tracer that is running, not one that has just attached.
+fn bystander(spec: WorkloadSpec) -> WorkloadSpec {
+    WorkloadSpec {
+        settle_s: BYSTANDER_SETTLE.as_secs_f64(),
+        ..spec
+    }
+}
+
+/// How long a bystander waits after the tracer is ready. Any BTF object the kernel frees
+/// (aya's feature checks load and close eight as lockscope starts) ends in an RCU Tasks
+/// Trace grace period, and on Linux 6.18 a task running through that grace period was
+/// left, in nearly every trial here, leaving each syscall tracepoint by the slow path
+/// from then on (`rcu_read_unlock_trace_special`: 5-7% of a `getppid` loop's samples).
+/// Started with lockscope's command, a loop met that grace period; started a second
+/// later, it did not, in every trial; bpftrace's start left such a loop alone (see
+/// docs/development.md). Started after it, the bystander compares the probes, not whose
+/// start-up freed a BTF object last.
+const BYSTANDER_SETTLE: Duration = Duration::from_secs(1);
 
 /// Progress: `[run 17/100, 2m10s elapsed, ETA 6m20s] perf / mmap-churn`.
 struct Progress {
@@ -340,7 +364,7 @@ fn full_run(ctx: &Ctx, runs: Option<usize>) -> Result<BenchResults> {
                     spec.name,
                     tool.name()
                 ));
-                let mut s = run_once(ctx, *tool, &spec.args)
+                let mut s = run_once(ctx, *tool, spec)
                     .with_context(|| format!("bench: {} under {}", spec.name, tool.name()))?;
                 s.round = round + 1;
                 println!(
@@ -1145,7 +1169,7 @@ fn summarize(workload: &str, tool: Tool, runs: &[RunSample], base: Option<f64>) 
 }
 
 /// Run the workload once, under `tool`.
-fn run_once(ctx: &Ctx, tool: Tool, args: &[String]) -> Result<RunSample> {
+fn run_once(ctx: &Ctx, tool: Tool, spec: &WorkloadSpec) -> Result<RunSample> {
     let dir = &ctx.scratch;
     let ready_timeout = Duration::from_secs(90);
     let stop_timeout = Duration::from_secs(180);
@@ -1191,8 +1215,11 @@ fn run_once(ctx: &Ctx, tool: Tool, args: &[String]) -> Result<RunSample> {
         let pid = t.pid;
         proc::wait_ready(t, ready_timeout, || proc::has_child_named(pid, "cat"))?;
     }
+    if tracer.is_some() && spec.settle_s > 0.0 {
+        std::thread::sleep(Duration::from_secs_f64(spec.settle_s));
+    }
     let ready = Instant::now();
-    let w = run_workload(ctx, args)?;
+    let w = run_workload(ctx, &spec.args)?;
     let window_s = ready.elapsed().as_secs_f64();
     let mut sample = RunSample {
         throughput: w["ops_per_s"].as_f64().unwrap_or(0.0),
