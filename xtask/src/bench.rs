@@ -289,11 +289,11 @@ fn bystander(spec: WorkloadSpec) -> WorkloadSpec {
 
 /// How long a bystander waits after the tracer is ready. Any BTF object the kernel frees
 /// (aya's feature checks load and close eight as lockscope starts) ends in an RCU Tasks
-/// Trace grace period, and on Linux 6.18 a task running through that grace period was
-/// left, in nearly every trial here, leaving each syscall tracepoint by the slow path
-/// from then on (`rcu_read_unlock_trace_special`: 5-7% of a `getppid` loop's samples).
-/// Started with lockscope's command, a loop met that grace period; started a second
-/// later, it did not, in every trial; bpftrace's start left such a loop alone (see
+/// Trace grace period. On Linux 6.18, in nearly every trial here, a task that was running
+/// through that grace period took the slow path out of every syscall tracepoint from then
+/// on (`rcu_read_unlock_trace_special`: 5-7% of a `getppid` loop's samples). A loop
+/// started with lockscope's command met that grace period and one started a second later
+/// did not, in every trial; bpftrace's start left such a loop alone (see
 /// docs/development.md). Started after it, the bystander compares the probes, not whose
 /// start-up freed a BTF object last.
 const BYSTANDER_SETTLE: Duration = Duration::from_secs(1);
