@@ -525,12 +525,6 @@ fn cyclictest_worst(text: &str) -> Option<u64> {
         .max()
 }
 
-/// Milliseconds of steal since `before` (`proc::steal_s`).
-fn steal_ms_since(before: Option<f64>) -> Option<u64> {
-    let now = proc::steal_s()?;
-    Some(((now - before?).max(0.0) * 1000.0).round() as u64)
-}
-
 /// cyclictest alone and beside a system-wide recording with latency tracing, alternating.
 fn realtime_case(ctx: &Ctx) -> Result<RealTime> {
     let (runs, secs) = if ctx.quick { (1, "2") } else { (3, "6") };
@@ -544,12 +538,12 @@ fn realtime_case(ctx: &Ctx) -> Result<RealTime> {
     for i in 0..runs {
         let mut bare = Command::new("cyclictest");
         bare.args(&args);
-        let steal = proc::steal_s();
-        let burst = proc::StealSampler::start();
+        let steal = proc::StealSampler::start();
         let mut p = Proc::spawn(bare, &ctx.scratch, &format!("cyclictest-bare-{i}"), false)?;
         p.wait(Duration::from_secs(120))?;
-        rt.bare_steal_burst_ms.push(burst.finish(STEAL_WINDOW_S));
-        rt.bare_steal_ms.push(steal_ms_since(steal));
+        let steal = steal.finish(STEAL_WINDOW_S);
+        rt.bare_steal_ms.push(steal.total_ms);
+        rt.bare_steal_burst_ms.push(steal.burst_ms);
         rt.bare_max_us.push(
             cyclictest_worst(&p.stdout_text()).context("bench: no Max: in cyclictest's output")?,
         );
@@ -568,8 +562,7 @@ fn realtime_case(ctx: &Ctx) -> Result<RealTime> {
             .arg(&rec)
             .args(["--", "cyclictest"])
             .args(&args);
-        let steal = proc::steal_s();
-        let burst = proc::StealSampler::start();
+        let steal = proc::StealSampler::start();
         let mut p = Proc::spawn(
             traced,
             &ctx.scratch,
@@ -577,8 +570,9 @@ fn realtime_case(ctx: &Ctx) -> Result<RealTime> {
             false,
         )?;
         p.wait(Duration::from_secs(180))?;
-        rt.traced_steal_burst_ms.push(burst.finish(STEAL_WINDOW_S));
-        rt.traced_steal_ms.push(steal_ms_since(steal));
+        let steal = steal.finish(STEAL_WINDOW_S);
+        rt.traced_steal_ms.push(steal.total_ms);
+        rt.traced_steal_burst_ms.push(steal.burst_ms);
         rt.traced_max_us.push(
             cyclictest_worst(&p.stdout_text())
                 .context("bench: no Max: in the traced cyclictest's output")?,

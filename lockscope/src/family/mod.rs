@@ -317,7 +317,7 @@ pub fn load(
         .context("reading kernel BTF")?;
     let loader = loader
         .join()
-        .ok_or_else(|| joined("parsing the kernel's BTF"))?;
+        .ok_or_else(|| joined("starting the eBPF loader"))?;
     let mut ebpf = Probes::load_object(loader, &globals)?;
     // Verify what will be attached on every CPU at once. The futex family's exit program
     // takes the verifier longest: that family is asked first, so that the others verify

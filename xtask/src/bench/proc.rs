@@ -243,22 +243,33 @@ pub fn busy_cpu_s() -> Option<f64> {
     parse::busy_jiffies(&stat).map(|j| j as f64 / clock_ticks_per_s())
 }
 
-/// CPU seconds the hypervisor took from this machine's ready virtual CPUs (steal, all
-/// CPUs), from /proc/stat; 0 on bare metal.
-pub fn steal_s() -> Option<f64> {
-    let stat = std::fs::read_to_string("/proc/stat").ok()?;
-    parse::steal_jiffies(&stat).map(|j| j as f64 / clock_ticks_per_s())
-}
-
-/// Each CPU's steal, read from /proc/stat every 20 ms on a thread of its own until
-/// `finish`: whether the host held one CPU long enough, at once, to make a spike.
+/// Steal (time the hypervisor took from this machine's ready virtual CPUs), read from
+/// /proc/stat when started, every 20 ms on a thread of its own, and when finished: the
+/// run's whole steal, and whether the host held one CPU long enough, at once, to make a
+/// spike.
 pub struct StealSampler {
+    /// The whole machine's steal jiffies when started.
+    start_total: Option<u64>,
     stop: Arc<AtomicBool>,
     thread: JoinHandle<Vec<(f64, Vec<u64>)>>,
 }
 
+/// What a [`StealSampler`] saw, in ms (`None`: /proc/stat did not say).
+pub struct Steal {
+    /// All CPUs' steal over the run.
+    pub total_ms: Option<u64>,
+    /// The most one CPU took within any window of the length `finish` was given.
+    pub burst_ms: Option<u64>,
+}
+
+/// The whole machine's steal jiffies (the `cpu` line of /proc/stat).
+fn total_steal_jiffies() -> Option<u64> {
+    parse::steal_jiffies(&std::fs::read_to_string("/proc/stat").ok()?)
+}
+
 impl StealSampler {
     pub fn start() -> Self {
+        let start_total = total_steal_jiffies();
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
         let thread = std::thread::spawn(move || {
@@ -275,16 +286,25 @@ impl StealSampler {
             }
             samples
         });
-        StealSampler { stop, thread }
+        StealSampler {
+            start_total,
+            stop,
+            thread,
+        }
     }
 
-    /// The most steal one CPU took within any `window_s` since `start`, in ms (`None`:
-    /// /proc/stat had no per-CPU steal).
-    pub fn finish(self, window_s: f64) -> Option<u64> {
+    /// Stop sampling and sum up: the whole steal since `start`, and the most on one CPU
+    /// within any `window_s`.
+    pub fn finish(self, window_s: f64) -> Steal {
         self.stop.store(true, Ordering::Relaxed);
-        let samples = self.thread.join().ok()?;
-        parse::max_steal_in_window(&samples, window_s)
-            .map(|j| (j as f64 / clock_ticks_per_s() * 1000.0).round() as u64)
+        let samples = self.thread.join().unwrap_or_default();
+        let ms = |j: u64| (j as f64 / clock_ticks_per_s() * 1000.0).round() as u64;
+        Steal {
+            total_ms: total_steal_jiffies()
+                .zip(self.start_total)
+                .map(|(end, start)| ms(end.saturating_sub(start))),
+            burst_ms: parse::max_steal_in_window(&samples, window_s).map(ms),
+        }
     }
 }
 

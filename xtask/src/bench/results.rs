@@ -289,9 +289,9 @@ pub struct WorkloadSpec {
     /// Arguments after `lockscope workload`.
     pub args: Vec<String>,
     /// Seconds the bench lets a tracer run, once ready, before starting the workload: a
-    /// bystander meets a tracer that has been running for a while, past the first second
-    /// after attaching, which is slower for any tracer of system calls (see
-    /// docs/development.md). 0 for a workload that is the traced command itself.
+    /// bystander meets a tracer already running, past the grace period its start-up may
+    /// end in (see `BYSTANDER_SETTLE` and docs/development.md). 0 for a workload that
+    /// starts with the tracer, as a traced command would.
     #[serde(default)]
     pub settle_s: f64,
 }
@@ -335,6 +335,11 @@ pub struct OverheadRow {
 }
 
 impl OverheadRow {
+    /// Too few runs, or runs spread too far, to judge a few-percent target.
+    pub fn too_noisy(&self) -> bool {
+        self.throughput.spread_pct > NOISY_SPREAD_PCT || self.throughput.n < MIN_RUNS
+    }
+
     /// Slowdown versus untraced in percent (positive: slower).
     pub fn slowdown_pct(&self) -> Option<f64> {
         self.ratio_to_untraced.map(|r| (1.0 - r) * 100.0)
@@ -746,6 +751,18 @@ fn check(target: &str, measured: String, met: Option<bool>) -> TargetCheck {
     }
 }
 
+/// What a target's text adds when its runs are too few or too spread to judge it.
+fn noise_note(noisy: bool) -> String {
+    if noisy {
+        format!(
+            " (fewer than {MIN_RUNS} runs or runs spread > {NOISY_SPREAD_PCT:.0}%: \
+             inconclusive)"
+        )
+    } else {
+        String::new()
+    }
+}
+
 /// Judge issue 8's targets from the results.
 pub fn judge_targets(r: &BenchResults) -> Vec<TargetCheck> {
     let mut out = Vec::new();
@@ -754,19 +771,10 @@ pub fn judge_targets(r: &BenchResults) -> Vec<TargetCheck> {
         let perf = row(r, w, "perf").and_then(OverheadRow::slowdown_pct);
         // A few-percent target cannot be judged from runs that spread by more than
         // NOISY_SPREAD_PCT: say so instead of calling it met or missed.
-        let noisy = ["untraced", "record", "perf"].iter().any(|t| {
-            row(r, w, t).is_some_and(|o| {
-                o.throughput.spread_pct > NOISY_SPREAD_PCT || o.throughput.n < MIN_RUNS
-            })
-        });
-        let spread_note = if noisy {
-            format!(
-                " (fewer than {MIN_RUNS} runs or runs spread > {NOISY_SPREAD_PCT:.0}%: \
-                 inconclusive)"
-            )
-        } else {
-            String::new()
-        };
+        let noisy = ["untraced", "record", "perf"]
+            .iter()
+            .any(|t| row(r, w, t).is_some_and(OverheadRow::too_noisy));
+        let spread_note = noise_note(noisy);
         // What the traced syscall path alone costs this workload (empty programs on the
         // futex syscall tracepoints), for context.
         let floor_note = row(r, w, "syscall-floor")
@@ -840,9 +848,7 @@ pub fn judge_targets(r: &BenchResults) -> Vec<TargetCheck> {
         // runs that agree: inconclusive otherwise, as the slowdown targets.
         if let Some(f) = floor.filter(|f| f.throughput.median > 0.0) {
             let of_floor = o.throughput.median / f.throughput.median * 100.0;
-            let noisy = [o, f]
-                .iter()
-                .any(|r| r.throughput.spread_pct > NOISY_SPREAD_PCT || r.throughput.n < MIN_RUNS);
+            let noisy = o.too_noisy() || f.too_noisy();
             let mut c = check(
                 &format!(
                     "`{tool}` beside a loop of system calls: at least 98% of its speed beside \
@@ -854,14 +860,7 @@ pub fn judge_targets(r: &BenchResults) -> Vec<TargetCheck> {
                      more, see docs/development.md){}",
                     fmt_si(o.throughput.median),
                     fmt_si(f.throughput.median),
-                    if noisy {
-                        format!(
-                            " (fewer than {MIN_RUNS} runs or runs spread > \
-                             {NOISY_SPREAD_PCT:.0}%: inconclusive)"
-                        )
-                    } else {
-                        String::new()
-                    }
+                    noise_note(noisy)
                 ),
                 Some(of_floor >= 98.0),
             );
@@ -1209,7 +1208,8 @@ pub fn render_markdown(r: &BenchResults) -> String {
                 let _ = writeln!(
                     s,
                     "Started {:.0} s after the tracer was ready: a bystander of a tracer \
-                     already running, past the first second after attaching.\n",
+                     already running, past the kernel grace period its start-up may end in \
+                     (docs/development.md).\n",
                     w.settle_s
                 );
             }
