@@ -35,13 +35,16 @@ pub struct BenchOptions {
     pub render: bool,
 }
 
-const TOOLS: [Tool; 6] = [
+/// The order of a round. The empty programs run right after `record`, so that lockscope's
+/// own share (`record` against them, per round) compares runs a few seconds apart.
+const TOOLS: [Tool; 7] = [
     Tool::Untraced,
     Tool::Record,
+    Tool::SyscallFloor,
+    Tool::RecordCommand,
     Tool::Serve,
     Tool::Perf,
     Tool::Bpftrace,
-    Tool::SyscallFloor,
 ];
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -54,6 +57,8 @@ enum Tool {
     /// Empty programs on the syscall tracepoints lockscope's futex probes use: what any
     /// tracer of futex calls costs every system call on the machine, before its own work.
     SyscallFloor,
+    /// `lockscope record -- <the workload>`: the workload is the traced process.
+    RecordCommand,
 }
 
 impl Tool {
@@ -65,6 +70,7 @@ impl Tool {
             Tool::Perf => "perf",
             Tool::Bpftrace => "bpftrace",
             Tool::SyscallFloor => "syscall-floor",
+            Tool::RecordCommand => "record-command",
         }
     }
 }
@@ -536,6 +542,8 @@ fn realtime_case(ctx: &Ctx) -> Result<RealTime> {
         ..Default::default()
     };
     for i in 0..runs {
+        // A keeper letting go would put its grace periods beside the bare run.
+        settle_after_keeper();
         let mut bare = Command::new("cyclictest");
         bare.args(&args);
         let steal = proc::StealSampler::start();
@@ -1090,6 +1098,7 @@ fn memcached_case(ctx: &Ctx) -> Result<Memcached> {
     };
     let result = (|| -> Result<()> {
         for i in 0..runs {
+            settle_after_keeper();
             m.bare_s.push(slap(&format!("memcslap-bare-{i}"))?);
 
             let mut rec = ctx.lockscope();
@@ -1103,6 +1112,7 @@ fn memcached_case(ctx: &Ctx) -> Result<Memcached> {
             drop(rec.stdin.take());
             rec.wait(Duration::from_secs(120))?;
 
+            settle_after_keeper();
             let file = ctx.scratch.join(format!("memcached-traced-{i}.json"));
             let mut rec = ctx.lockscope();
             rec.args(["record", "-n", "1", "-p"])
@@ -1162,13 +1172,36 @@ fn summarize(workload: &str, tool: Tool, runs: &[RunSample], base: Option<f64>) 
     }
 }
 
+/// What lockscope's keeper is called: the process that lets the futex syscall
+/// tracepoints go after `record` or `serve` has exited.
+const KEEPER: &str = "lockscope-bg";
+
+/// Start a run only once the previous run's keeper is gone. Until its last syscall
+/// tracepoint is released (about a second after `record` exits on a quiet machine:
+/// each release waits for grace periods), every system call on the machine still takes
+/// the kernel's traced path, and a tracer attaching meanwhile waits behind it for the
+/// kernel's `event_mutex`: the run after lockscope's would pay for lockscope's exit.
+fn settle_after_keeper() {
+    let (waited, left) = proc::wait_gone(KEEPER, Duration::from_secs(120));
+    if left {
+        println!(
+            "        an earlier run's {KEEPER} was still there after {:.0} s; going on",
+            waited.as_secs_f64()
+        );
+    }
+}
+
 /// Run the workload once, under `tool`.
 fn run_once(ctx: &Ctx, tool: Tool, spec: &WorkloadSpec) -> Result<RunSample> {
     let dir = &ctx.scratch;
+    settle_after_keeper();
     let ready_timeout = Duration::from_secs(90);
     let stop_timeout = Duration::from_secs(180);
+    if tool == Tool::RecordCommand {
+        return record_command(ctx, spec);
+    }
     let mut tracer = match tool {
-        Tool::Untraced => None,
+        Tool::Untraced | Tool::RecordCommand => None,
         Tool::Record => {
             let mut c = ctx.lockscope();
             c.args(["record", "-a", "-n", "1", "-o"])
@@ -1264,12 +1297,7 @@ fn run_once(ctx: &Ctx, tool: Tool, spec: &WorkloadSpec) -> Result<RunSample> {
             let rec = read_json(&dir.join("record.json"))?;
             sample.events = rec["events"]["begin"].as_u64();
             sample.lost = Some(lost_total(&rec));
-            sample.lost_by_reason = rec["lost"]
-                .as_object()
-                .into_iter()
-                .flatten()
-                .filter_map(|(k, v)| Some((k.clone(), v.as_u64().filter(|n| *n > 0)?)))
-                .collect();
+            sample.lost_by_reason = lost_by_reason(&rec);
         }
         Tool::Perf => {
             let data = dir.join("perf.data");
@@ -1290,9 +1318,55 @@ fn run_once(ctx: &Ctx, tool: Tool, spec: &WorkloadSpec) -> Result<RunSample> {
                     .context("bench: bpftrace printed no @begin")?,
             );
         }
-        Tool::Untraced | Tool::Serve | Tool::SyscallFloor => {}
+        Tool::Untraced | Tool::Serve | Tool::SyscallFloor | Tool::RecordCommand => {}
     }
     Ok(sample)
+}
+
+/// `lockscope record -- lockscope workload ARGS`: the workload as the traced command. Its
+/// summary comes through record's stdout; record's own CPU time is its rusage less the
+/// workload's (`wait4` counts the children record waited for).
+fn record_command(ctx: &Ctx, spec: &WorkloadSpec) -> Result<RunSample> {
+    let out = ctx.scratch.join("record-command.json");
+    let mut c = ctx.lockscope();
+    c.args(["record", "-n", "1", "-o"])
+        .arg(&out)
+        .arg("--")
+        .arg(&ctx.exe)
+        .arg("workload")
+        .args(&spec.args);
+    let mut p = Proc::spawn(c, &ctx.scratch, "record-command", false)?;
+    let u = p.wait(Duration::from_secs(600))?;
+    let w = parse::workload_summary(&p.stdout_text()).with_context(|| {
+        format!(
+            "bench: `lockscope record -- lockscope workload {}` printed no JSON summary",
+            spec.args.join(" ")
+        )
+    })?;
+    let rec = read_json(&out)?;
+    let real_s = w["real_s"].as_f64().unwrap_or(0.0);
+    let workload_cpu = w["usr_s"].as_f64().unwrap_or(0.0) + w["sys_s"].as_f64().unwrap_or(0.0);
+    Ok(RunSample {
+        throughput: w["ops_per_s"].as_f64().unwrap_or(0.0),
+        real_s,
+        window_s: real_s,
+        events: rec["events"]["begin"].as_u64(),
+        lost: Some(lost_total(&rec)),
+        lost_by_reason: lost_by_reason(&rec),
+        cpu_s: Some((u.cpu_s - workload_cpu).max(0.0)),
+        maxrss_kib: Some(u.maxrss_kib),
+        ..Default::default()
+    })
+}
+
+/// A recording's non-zero `lost` counters, by reason.
+fn lost_by_reason(rec: &Value) -> std::collections::BTreeMap<String, u64> {
+    rec["lost"]
+        .as_object()
+        .into_iter()
+        .flatten()
+        .filter_map(|(k, v)| Some((k.clone(), v.as_u64().filter(|n| *n > 0)?)))
+        .collect()
 }
 
 fn lost_total(rec: &Value) -> u64 {

@@ -176,6 +176,34 @@ pub fn has_child_named(pid: i32, comm: &str) -> bool {
     })
 }
 
+/// Pids of the processes whose `comm` is `comm`.
+pub fn pids_named(comm: &str) -> Vec<i32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|n| n.trim() == comm)
+        })
+        .collect()
+}
+
+/// Wait (polling every 20 ms, at most `timeout`) until no process named `comm` is left;
+/// how long that took, and whether some were still there at the timeout.
+pub fn wait_gone(comm: &str, timeout: Duration) -> (Duration, bool) {
+    let start = Instant::now();
+    loop {
+        if pids_named(comm).is_empty() {
+            return (start.elapsed(), false);
+        }
+        if start.elapsed() >= timeout {
+            return (start.elapsed(), true);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// Poll `ready` every 20 ms until it holds; fail if `proc` dies or `timeout` passes.
 pub fn wait_ready(
     proc: &mut Proc,
