@@ -334,18 +334,6 @@ pub struct OverheadRow {
     pub runs: Vec<RunSample>,
 }
 
-impl OverheadRow {
-    /// Too few runs, or runs spread too far, to judge a few-percent target.
-    pub fn too_noisy(&self) -> bool {
-        self.throughput.spread_pct > NOISY_SPREAD_PCT || self.throughput.n < MIN_RUNS
-    }
-
-    /// Slowdown versus untraced in percent (positive: slower).
-    pub fn slowdown_pct(&self) -> Option<f64> {
-        self.ratio_to_untraced.map(|r| (1.0 - r) * 100.0)
-    }
-}
-
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct ProgCost {
     /// `lockscope` or `floor` (the empty bpftrace program).
@@ -555,8 +543,8 @@ pub struct TargetCheck {
     pub status: String,
 }
 
-/// Above this spread of a tool's runs, slowdown targets of a few percent are
-/// reported as inconclusive.
+/// Rounds that disagree about a slowdown target decide it only when they lie within this
+/// many points of each other (see `round_verdict`); otherwise it is inconclusive.
 pub const NOISY_SPREAD_PCT: f64 = 10.0;
 /// Fewer runs than this (e.g. `--quick`) cannot show a spread: also inconclusive.
 pub const MIN_RUNS: usize = 3;
@@ -751,18 +739,6 @@ fn check(target: &str, measured: String, met: Option<bool>) -> TargetCheck {
     }
 }
 
-/// What a target's text adds when its runs are too few or too spread to judge it.
-fn noise_note(noisy: bool) -> String {
-    if noisy {
-        format!(
-            " (fewer than {MIN_RUNS} runs or runs spread > {NOISY_SPREAD_PCT:.0}%: \
-             inconclusive)"
-        )
-    } else {
-        String::new()
-    }
-}
-
 /// Slowdowns in percent (positive: slower), one per round: `tool`'s run against `base`'s
 /// run of the same round. A round runs every tool within a minute or so, so a drift of
 /// the machine slower than that (seen here: minutes at half speed) hits both sides of a
@@ -835,6 +811,45 @@ fn status_of(verdict: Option<bool>) -> &'static str {
     }
 }
 
+/// How a per-round check says its figure: as a slowdown, or as a share of the speed it
+/// is set against; with what each round was set against.
+#[derive(Clone, Copy)]
+enum Wording {
+    Slowdown(&'static str),
+    Speed(&'static str),
+}
+
+/// What each round of lockscope's own share is set against.
+const AGAINST_FLOOR: &str = "each against the empty programs' run of its round";
+
+/// A throughput target judged per round ([`paired_slowdowns`], [`round_verdict`]): the
+/// first row of `rows` slower than the second by at most `max_slowdown_pct`. `note` is
+/// added to the figure. None when no round has both.
+fn paired_check(
+    target: &str,
+    rows: (&OverheadRow, &OverheadRow),
+    max_slowdown_pct: f64,
+    wording: Wording,
+    note: &str,
+) -> Option<TargetCheck> {
+    let slow = paired_slowdowns(rows.0, rows.1);
+    let med = super::parse::median(&slow)?;
+    let ok: Vec<bool> = slow.iter().map(|&s| s <= max_slowdown_pct).collect();
+    let v = round_verdict(&ok, med <= max_slowdown_pct, &slow);
+    let figure = match wording {
+        Wording::Slowdown(pairing) => format!("{} slower", describe_rounds(&slow, pairing)),
+        Wording::Speed(pairing) => {
+            let speeds: Vec<f64> = slow.iter().map(|s| 100.0 - s).collect();
+            format!("{} of its speed", describe_rounds(&speeds, pairing))
+        }
+    };
+    Some(TargetCheck {
+        target: target.to_string(),
+        measured: format!("{figure}{note}{}", inconclusive_note(v)),
+        status: status_of(v).into(),
+    })
+}
+
 /// Issue 14's overhead targets on one workload: `record` slows it at most 3%, and at
 /// least 5x less than `perf lock record -a`; and, for where that cost lies, lockscope's
 /// own share against empty programs on the futex syscall tracepoints. Each judged from
@@ -846,10 +861,10 @@ fn slowdown_checks(out: &mut Vec<TargetCheck>, r: &BenchResults, w: &str) {
     let against = |tool: &str, base: &OverheadRow| {
         row(r, w, tool).map_or_else(Vec::new, |t| paired_slowdowns(t, base))
     };
-    let rec = against("record", base);
-    if rec.is_empty() {
+    let Some(record) = row(r, w, "record") else {
         return;
-    }
+    };
+    let rec = paired_slowdowns(record, base);
     let rec_med = super::parse::median(&rec).unwrap_or(0.0);
     let floor = against("syscall-floor", base);
     let floor_note = if floor.is_empty() {
@@ -860,24 +875,20 @@ fn slowdown_checks(out: &mut Vec<TargetCheck>, r: &BenchResults, w: &str) {
             describe_rounds(&floor, AGAINST_UNTRACED)
         )
     };
-    let ok: Vec<bool> = rec.iter().map(|&s| s <= 3.0).collect();
-    let v = round_verdict(&ok, rec_med <= 3.0, &rec);
-    out.push(TargetCheck {
-        target: format!("`record` on {w}: at most 3% slowdown vs untraced"),
-        measured: format!(
-            "{} slower{floor_note}{}",
-            describe_rounds(&rec, AGAINST_UNTRACED),
-            inconclusive_note(v)
-        ),
-        status: status_of(v).into(),
-    });
+    out.extend(paired_check(
+        &format!("`record` on {w}: at most 3% slowdown vs untraced"),
+        (record, base),
+        3.0,
+        Wording::Slowdown(AGAINST_UNTRACED),
+        &floor_note,
+    ));
 
     let perf = against("perf", base);
     // Paired by round: record's slowdown and perf's in the same round.
-    let pairs: Vec<(f64, f64)> = match (row(r, w, "record"), row(r, w, "perf")) {
-        (Some(t), Some(p)) => {
+    let pairs: Vec<(f64, f64)> = match row(r, w, "perf") {
+        Some(p) => {
             let perf_rounds = by_round(p, base);
-            by_round(t, base)
+            by_round(record, base)
                 .into_iter()
                 .filter_map(|(round, rs)| {
                     let &(_, ps) = perf_rounds.iter().find(|(pr, _)| *pr == round)?;
@@ -885,7 +896,7 @@ fn slowdown_checks(out: &mut Vec<TargetCheck>, r: &BenchResults, w: &str) {
                 })
                 .collect()
         }
-        _ => Vec::new(),
+        None => Vec::new(),
     };
     if !pairs.is_empty() {
         // A tracer that is not measurably slower than untraced meets it whatever perf
@@ -915,24 +926,16 @@ fn slowdown_checks(out: &mut Vec<TargetCheck>, r: &BenchResults, w: &str) {
 
     // lockscope's own share: record against the empty programs of the same round.
     if let Some(f) = row(r, w, "syscall-floor") {
-        let own = row(r, w, "record").map_or_else(Vec::new, |t| paired_slowdowns(t, f));
-        if !own.is_empty() {
-            let med = super::parse::median(&own).unwrap_or(0.0);
-            let ok: Vec<bool> = own.iter().map(|&s| s <= 3.0).collect();
-            let v = round_verdict(&ok, med <= 3.0, &own);
-            out.push(TargetCheck {
-                target: format!(
-                    "`record` on {w}: at most 3% slowdown vs empty programs on the futex syscall \
-                     tracepoints (lockscope's own share)"
-                ),
-                measured: format!(
-                    "{} slower{}",
-                    describe_rounds(&own, "each against the empty programs' run of its round"),
-                    inconclusive_note(v)
-                ),
-                status: status_of(v).into(),
-            });
-        }
+        out.extend(paired_check(
+            &format!(
+                "`record` on {w}: at most 3% slowdown vs empty programs on the futex syscall \
+                 tracepoints (lockscope's own share)"
+            ),
+            (record, f),
+            3.0,
+            Wording::Slowdown(AGAINST_FLOOR),
+            "",
+        ));
     }
 }
 
@@ -960,84 +963,82 @@ pub fn judge_targets(r: &BenchResults) -> Vec<TargetCheck> {
         row(r, BYSTANDER, "record-command"),
         row(r, BYSTANDER, "untraced"),
     ) {
-        let slow = paired_slowdowns(t, base);
-        if !slow.is_empty() {
-            let med = super::parse::median(&slow).unwrap_or(0.0);
-            let ok: Vec<bool> = slow.iter().map(|&s| s <= 5.0).collect();
-            let v = round_verdict(&ok, med <= 5.0, &slow);
-            let speeds: Vec<f64> = slow.iter().map(|s| 100.0 - s).collect();
-            out.push(TargetCheck {
-                target: "an uncontended pthread loop in the process `record` traces (`record -- \
-                         <loop>`): at least 95% of its bare speed"
-                    .into(),
-                measured: format!(
-                    "{} of bare speed{}",
-                    describe_rounds(&speeds, AGAINST_UNTRACED),
-                    inconclusive_note(v)
-                ),
-                status: status_of(v).into(),
-            });
-        }
+        out.extend(paired_check(
+            "an uncontended pthread loop in the process `record` traces (`record -- <loop>`): \
+             at least 95% of its bare speed",
+            (t, base),
+            5.0,
+            Wording::Speed(AGAINST_UNTRACED),
+            "",
+        ));
     }
     // An uncontended pthread loop in a process no tracer targets: nothing may touch it.
-    for tool in ["record", "serve"] {
-        let slow = row(r, BYSTANDER, tool).and_then(OverheadRow::slowdown_pct);
-        out.push(check(
-            &format!("`{tool}` beside an uncontended pthread loop: at least 98% of its bare speed"),
-            slow.map_or("n/a".into(), |s| format!("{:.1}% of bare", 100.0 - s)),
-            slow.map(|s| s <= 2.0),
-        ));
+    if let Some(base) = row(r, BYSTANDER, "untraced") {
+        for tool in ["record", "serve"] {
+            if let Some(t) = row(r, BYSTANDER, tool) {
+                out.extend(paired_check(
+                    &format!(
+                        "`{tool}` beside an uncontended pthread loop: at least 98% of its bare \
+                         speed"
+                    ),
+                    (t, base),
+                    2.0,
+                    Wording::Speed(AGAINST_UNTRACED),
+                    "",
+                ));
+            }
+        }
     }
     // The same for a loop of system calls that touch no lock. Any attached syscall
     // tracepoint sends every system call through the kernel's traced path: the floor
     // (empty programs on the same tracepoints) says what of the slowdown is that.
     let floor = row(r, SYSCALL_BYSTANDER, "syscall-floor");
-    let floor_pct = floor.and_then(OverheadRow::slowdown_pct).map(|s| 100.0 - s);
+    let Some(base) = row(r, SYSCALL_BYSTANDER, "untraced") else {
+        return judge_rest(r, out);
+    };
+    let floor_note = floor
+        .map(|f| paired_slowdowns(f, base))
+        .filter(|s| !s.is_empty())
+        .map(|s| {
+            let speeds: Vec<f64> = s.iter().map(|s| 100.0 - s).collect();
+            format!(
+                "; empty programs on the same syscall tracepoints: {} of its bare speed (the \
+                 kernel's traced syscall path, paid by any tracer of futex calls)",
+                describe_rounds(&speeds, AGAINST_UNTRACED)
+            )
+        })
+        .unwrap_or_default();
     for tool in ["record", "serve"] {
-        let Some(o) = row(r, SYSCALL_BYSTANDER, tool) else {
+        let Some(t) = row(r, SYSCALL_BYSTANDER, tool) else {
             continue;
         };
-        if let Some(slow) = o.slowdown_pct() {
-            let mut measured = format!("{:.1}% of bare", 100.0 - slow);
-            if let Some(f) = floor_pct {
-                let _ = write!(
-                    measured,
-                    "; empty programs on the same syscall tracepoints: {f:.1}% of bare (the \
-                     kernel's traced syscall path, paid by any tracer of futex calls)"
-                );
-            }
-            out.push(check(
-                &format!("`{tool}` beside a loop of system calls: at least 98% of its bare speed"),
-                measured,
-                Some(slow <= 2.0),
-            ));
-        }
-        // lockscope's own share: against the floor, not against bare. A 2% target needs
-        // runs that agree: inconclusive otherwise, as the slowdown targets.
-        if let Some(f) = floor.filter(|f| f.throughput.median > 0.0) {
-            let of_floor = o.throughput.median / f.throughput.median * 100.0;
-            let noisy = o.too_noisy() || f.too_noisy();
-            let mut c = check(
+        out.extend(paired_check(
+            &format!("`{tool}` beside a loop of system calls: at least 98% of its bare speed"),
+            (t, base),
+            2.0,
+            Wording::Speed(AGAINST_UNTRACED),
+            &floor_note,
+        ));
+        // lockscope's own share: against the floor, not against bare.
+        if let Some(f) = floor {
+            out.extend(paired_check(
                 &format!(
                     "`{tool}` beside a loop of system calls: at least 98% of its speed beside \
                      empty programs on the same syscall tracepoints (lockscope's own share)"
                 ),
-                format!(
-                    "{of_floor:.1}% ({} against {} ops/s, medians; a loop started after the \
-                     tracer's start-up: one already running when lockscope starts may pay \
-                     more, see docs/development.md){}",
-                    fmt_si(o.throughput.median),
-                    fmt_si(f.throughput.median),
-                    noise_note(noisy)
-                ),
-                Some(of_floor >= 98.0),
-            );
-            if noisy {
-                c.status = "inconclusive".into();
-            }
-            out.push(c);
+                (t, f),
+                2.0,
+                Wording::Speed(AGAINST_FLOOR),
+                "; a loop started after the tracer's start-up: one already running when \
+                 lockscope starts may pay more, see docs/development.md",
+            ));
         }
     }
+    judge_rest(r, out)
+}
+
+/// Judge the targets that are not workload throughputs.
+fn judge_rest(r: &BenchResults, mut out: Vec<TargetCheck>) -> Vec<TargetCheck> {
     if let Some(rt) = &r.realtime {
         let bare = rt.bare_max_us.iter().max().copied();
         let traced = rt.traced_max_us.iter().max().copied();
@@ -1301,7 +1302,7 @@ pub fn render_markdown(r: &BenchResults) -> String {
     let _ = writeln!(
         s,
         "Written by `cargo xtask bench` from `bench-results.json` (same directory); \
-         regenerate with `cargo xtask bench` (about 10 minutes) and `cargo xtask bench \
+         regenerate with `cargo xtask bench` (about 20 minutes) and `cargo xtask bench \
          --soak` (10 minutes more). Every figure is measured, none is typed in.\n"
     );
     if let Some(m) = &r.machine {
@@ -1333,8 +1334,8 @@ pub fn render_markdown(r: &BenchResults) -> String {
                 "> **Measured on a loaded machine** (other processes used more than a quarter \
                  of the CPUs during the runs). Spreads are far larger than the \
                  effects being measured, so slowdown figures here mean little; slowdown \
-                 targets whose runs spread by more than {NOISY_SPREAD_PCT:.0}% are marked \
-                 inconclusive. Re-run `cargo xtask bench` on a quiet machine.\n"
+                 targets whose rounds disagree by more than {NOISY_SPREAD_PCT:.0} points are \
+                 marked inconclusive. Re-run `cargo xtask bench` on a quiet machine.\n"
             );
         }
     }
@@ -1681,6 +1682,7 @@ mod tests {
     fn the_syscall_bystander_is_judged_against_bare_and_against_the_floor() {
         let mut r = BenchResults {
             overhead: vec![
+                row(SYSCALL_BYSTANDER, "untraced", 8.0e6, 8.0e6),
                 row(SYSCALL_BYSTANDER, "record", 6.0e6, 8.0e6),
                 row(SYSCALL_BYSTANDER, "serve", 5.0e6, 8.0e6),
                 row(SYSCALL_BYSTANDER, "syscall-floor", 6.1e6, 8.0e6),
@@ -1696,8 +1698,17 @@ mod tests {
         };
         let bare = find("record", "system calls: at least 98% of its bare speed");
         assert_eq!(bare.status, "missed");
-        assert!(bare.measured.contains("75.0% of bare"), "{}", bare.measured);
-        assert!(bare.measured.contains("76.2% of bare"), "{}", bare.measured);
+        assert!(
+            bare.measured.starts_with("75.0% (median of 3 rounds"),
+            "{}",
+            bare.measured
+        );
+        assert!(
+            bare.measured
+                .contains("empty programs on the same syscall tracepoints: 76.2% (median"),
+            "{}",
+            bare.measured
+        );
         // 6.0 against 6.1: 98.4% of the floor; 5.0 against 6.1: 82.0%.
         let own = find("record", "own share");
         assert_eq!(own.status, "met", "{}", own.measured);
