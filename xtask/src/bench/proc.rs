@@ -189,12 +189,22 @@ pub fn pids_named(comm: &str) -> Vec<i32> {
         .collect()
 }
 
-/// Wait (polling every 20 ms, at most `timeout`) until no process named `comm` is left;
-/// how long that took, and whether some were still there at the timeout.
+/// Is `pid` a zombie (exited, everything it held let go, not yet reaped)?
+fn is_zombie(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|st| {
+        st.rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            == Some("Z")
+    })
+}
+
+/// Wait (polling every 20 ms, at most `timeout`) until every process named `comm` has
+/// exited (a zombie has: it holds nothing, and this machine's init may reap it a second
+/// later); how long that took, and whether some were still running at the timeout.
 pub fn wait_gone(comm: &str, timeout: Duration) -> (Duration, bool) {
     let start = Instant::now();
     loop {
-        if pids_named(comm).is_empty() {
+        if pids_named(comm).into_iter().all(is_zombie) {
             return (start.elapsed(), false);
         }
         if start.elapsed() >= timeout {
@@ -533,6 +543,19 @@ impl Drop for BpfStats {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_exited_child_not_yet_reaped_counts_as_gone() {
+        let mut child = Command::new("true").spawn().unwrap();
+        let pid = child.id() as i32;
+        let zombie = (0..500).any(|_| {
+            std::thread::sleep(Duration::from_millis(10));
+            is_zombie(pid)
+        });
+        child.wait().unwrap();
+        assert!(zombie, "pid {pid} never showed as a zombie");
+        assert!(!is_zombie(std::process::id() as i32));
+    }
 
     #[test]
     fn chunked_bodies() {
