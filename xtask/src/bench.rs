@@ -1197,11 +1197,9 @@ fn run_once(ctx: &Ctx, tool: Tool, spec: &WorkloadSpec) -> Result<RunSample> {
     settle_after_keeper();
     let ready_timeout = Duration::from_secs(90);
     let stop_timeout = Duration::from_secs(180);
-    if tool == Tool::RecordCommand {
-        return record_command(ctx, spec);
-    }
     let mut tracer = match tool {
-        Tool::Untraced | Tool::RecordCommand => None,
+        Tool::Untraced => None,
+        Tool::RecordCommand => return record_command(ctx, spec),
         Tool::Record => {
             let mut c = ctx.lockscope();
             c.args(["record", "-a", "-n", "1", "-o"])
@@ -1250,7 +1248,7 @@ fn run_once(ctx: &Ctx, tool: Tool, spec: &WorkloadSpec) -> Result<RunSample> {
     let window_s = ready.elapsed().as_secs_f64();
     let mut sample = RunSample {
         throughput: w["ops_per_s"].as_f64().unwrap_or(0.0),
-        real_s: w["real_s"].as_f64().unwrap_or(0.0),
+        real_s: workload_real_s(&w),
         window_s,
         ..Default::default()
     };
@@ -1318,7 +1316,8 @@ fn run_once(ctx: &Ctx, tool: Tool, spec: &WorkloadSpec) -> Result<RunSample> {
                     .context("bench: bpftrace printed no @begin")?,
             );
         }
-        Tool::Untraced | Tool::Serve | Tool::SyscallFloor | Tool::RecordCommand => {}
+        Tool::Untraced | Tool::Serve | Tool::SyscallFloor => {}
+        Tool::RecordCommand => unreachable!("record_command returned above"),
     }
     Ok(sample)
 }
@@ -1344,8 +1343,9 @@ fn record_command(ctx: &Ctx, spec: &WorkloadSpec) -> Result<RunSample> {
         )
     })?;
     let rec = read_json(&out)?;
-    let real_s = w["real_s"].as_f64().unwrap_or(0.0);
-    let workload_cpu = w["usr_s"].as_f64().unwrap_or(0.0) + w["sys_s"].as_f64().unwrap_or(0.0);
+    let real_s = workload_real_s(&w);
+    // Only where the workload reports its own CPU time can record's be told apart.
+    let workload_cpu = w["usr_s"].as_f64().zip(w["sys_s"].as_f64());
     Ok(RunSample {
         throughput: w["ops_per_s"].as_f64().unwrap_or(0.0),
         real_s,
@@ -1353,10 +1353,19 @@ fn record_command(ctx: &Ctx, spec: &WorkloadSpec) -> Result<RunSample> {
         events: rec["events"]["begin"].as_u64(),
         lost: Some(lost_total(&rec)),
         lost_by_reason: lost_by_reason(&rec),
-        cpu_s: Some((u.cpu_s - workload_cpu).max(0.0)),
-        maxrss_kib: Some(u.maxrss_kib),
+        cpu_s: workload_cpu.map(|(usr, sys)| (u.cpu_s - usr - sys).max(0.0)),
+        // wait4's peak RSS is the largest of record's and the workload's: not record's own.
+        maxrss_kib: None,
         ..Default::default()
     })
+}
+
+/// A workload's own wall time: `real_s`, or `elapsed_s` (syscall-loop).
+fn workload_real_s(w: &Value) -> f64 {
+    w["real_s"]
+        .as_f64()
+        .or_else(|| w["elapsed_s"].as_f64())
+        .unwrap_or(0.0)
 }
 
 /// A recording's non-zero `lost` counters, by reason.
