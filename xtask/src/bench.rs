@@ -115,6 +115,18 @@ impl Ctx {
         c.arg("workload").args(args);
         c
     }
+
+    /// `lockscope record -n 1 -o OUT -- lockscope workload ARGS`.
+    fn record_workload(&self, out: &Path, args: &[String]) -> Command {
+        let mut c = self.lockscope();
+        c.args(["record", "-n", "1", "-o"])
+            .arg(out)
+            .arg("--")
+            .arg(&self.exe)
+            .arg("workload")
+            .args(args);
+        c
+    }
 }
 
 /// `cargo xtask bench [--quick] [--soak [--minutes M]] [--runs N] [--render]`
@@ -1327,13 +1339,7 @@ fn run_once(ctx: &Ctx, tool: Tool, spec: &WorkloadSpec) -> Result<RunSample> {
 /// workload's (`wait4` counts the children record waited for).
 fn record_command(ctx: &Ctx, spec: &WorkloadSpec) -> Result<RunSample> {
     let out = ctx.scratch.join("record-command.json");
-    let mut c = ctx.lockscope();
-    c.args(["record", "-n", "1", "-o"])
-        .arg(&out)
-        .arg("--")
-        .arg(&ctx.exe)
-        .arg("workload")
-        .args(&spec.args);
+    let c = ctx.record_workload(&out, &spec.args);
     let mut p = Proc::spawn(c, &ctx.scratch, "record-command", false)?;
     let u = p.wait(Duration::from_secs(600))?;
     let w = parse::workload_summary(&p.stdout_text()).with_context(|| {
@@ -1740,13 +1746,7 @@ fn capacity_plan(quick: bool) -> Vec<Vec<String>> {
 fn capacity_step(ctx: &Ctx, args: &[String]) -> Result<CapacityStep> {
     let dir = &ctx.scratch;
     let out = dir.join("capacity.json");
-    let mut c = ctx.lockscope();
-    c.args(["record", "-n", "1", "-o"])
-        .arg(&out)
-        .arg("--")
-        .arg(&ctx.exe)
-        .arg("workload")
-        .args(args);
+    let c = ctx.record_workload(&out, args);
     let mut p = Proc::spawn(c, dir, "capacity", false)?;
     p.wait(Duration::from_secs(300))?;
     let w = parse::workload_summary(&p.stdout_text())
