@@ -55,6 +55,12 @@ enum Tty {
     Dev(File),
 }
 
+/// An error that means the terminal hung up: reads and writes on a terminal whose other
+/// side is gone fail with EIO, and opening it (no controlling terminal left) with ENXIO.
+pub fn is_hang_up(e: &std::io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::ENXIO | libc::EIO))
+}
+
 impl Tty {
     fn open() -> std::io::Result<Self> {
         if std::io::stdin().is_terminal() {
@@ -128,7 +134,7 @@ impl Events {
                     Ok(t) => t,
                     // The terminal hung up before this thread began (a slow start): the
                     // session has no terminal left to open.
-                    Err(e) if matches!(e.raw_os_error(), Some(libc::ENXIO | libc::EIO)) => {
+                    Err(e) if is_hang_up(&e) => {
                         let _ = tx.send(Event::HungUp);
                         return;
                     }
@@ -251,5 +257,13 @@ mod tests {
             wait(slave.as_fd(), Duration::from_secs(5)).unwrap(),
             Ready::HungUp
         );
+        // A frame drawn now fails, and the failure reads as the same hang-up.
+        let err = File::from(slave.try_clone().unwrap())
+            .write_all(b"frame")
+            .unwrap_err();
+        assert!(is_hang_up(&err), "{err}");
+        assert!(!is_hang_up(&std::io::Error::from_raw_os_error(
+            libc::EAGAIN
+        )));
     }
 }

@@ -46,14 +46,24 @@ pub fn run(feed: &mut dyn Feed, interval: Duration) -> anyhow::Result<()> {
     let mut terminated = None;
     let mut next_refresh = Instant::now() + interval;
     loop {
-        tui.draw(|f| ui::draw(f, &app))?;
+        if let Err(e) = tui.draw(|f| ui::draw(f, &app)) {
+            // A terminal that hangs up between two events fails the next frame before
+            // the input thread reports it: that is the same hang-up.
+            if event::is_hang_up(&e) {
+                break;
+            }
+            return Err(e.into());
+        }
         match events.next_until(next_refresh) {
             Some(Event::Key(k)) => {
                 if app.handle_key(k) == Action::Quit {
                     break;
                 }
             }
-            Some(Event::Resize) => tui.terminal.autoresize()?,
+            Some(Event::Resize) => match tui.terminal.autoresize() {
+                Err(e) if event::is_hang_up(&e) => break,
+                r => r?,
+            },
             Some(Event::Failed(e)) => anyhow::bail!("reading the terminal failed: {e}"),
             Some(Event::Terminate(sig)) => {
                 terminated = Some(sig);
