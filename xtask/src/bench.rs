@@ -1303,12 +1303,7 @@ fn run_once(ctx: &Ctx, tool: Tool, spec: &WorkloadSpec) -> Result<RunSample> {
     sample.cpu_s = Some(u.cpu_s);
     sample.maxrss_kib = Some(u.maxrss_kib);
     match tool {
-        Tool::Record => {
-            let rec = read_json(&dir.join("record.json"))?;
-            sample.events = rec["events"]["begin"].as_u64();
-            sample.lost = Some(lost_total(&rec));
-            sample.lost_by_reason = lost_by_reason(&rec);
-        }
+        Tool::Record => add_recording(&mut sample, &read_json(&dir.join("record.json"))?),
         Tool::Perf => {
             let data = dir.join("perf.data");
             let text = crate::util::output(
@@ -1328,8 +1323,8 @@ fn run_once(ctx: &Ctx, tool: Tool, spec: &WorkloadSpec) -> Result<RunSample> {
                     .context("bench: bpftrace printed no @begin")?,
             );
         }
-        Tool::Untraced | Tool::Serve | Tool::SyscallFloor => {}
-        Tool::RecordCommand => unreachable!("record_command returned above"),
+        // Untraced, serve and record-command returned above.
+        Tool::Untraced | Tool::Serve | Tool::SyscallFloor | Tool::RecordCommand => {}
     }
     Ok(sample)
 }
@@ -1348,22 +1343,33 @@ fn record_command(ctx: &Ctx, spec: &WorkloadSpec) -> Result<RunSample> {
             spec.args.join(" ")
         )
     })?;
-    let rec = read_json(&out)?;
     let real_s = workload_real_s(&w);
     // Only where the workload reports its own CPU time can record's be told apart.
     let workload_cpu = w["usr_s"].as_f64().zip(w["sys_s"].as_f64());
-    Ok(RunSample {
+    let mut sample = RunSample {
         throughput: w["ops_per_s"].as_f64().unwrap_or(0.0),
         real_s,
         window_s: real_s,
-        events: rec["events"]["begin"].as_u64(),
-        lost: Some(lost_total(&rec)),
-        lost_by_reason: lost_by_reason(&rec),
         cpu_s: workload_cpu.map(|(usr, sys)| (u.cpu_s - usr - sys).max(0.0)),
         // wait4's peak RSS is the largest of record's and the workload's: not record's own.
         maxrss_kib: None,
         ..Default::default()
-    })
+    };
+    add_recording(&mut sample, &read_json(&out)?);
+    Ok(sample)
+}
+
+/// What a recording says it saw and lost: `lock:contention_begin` events, and its
+/// `lost` counters in all and by reason.
+fn add_recording(sample: &mut RunSample, rec: &Value) {
+    sample.events = rec["events"]["begin"].as_u64();
+    sample.lost = Some(lost_total(rec));
+    sample.lost_by_reason = rec["lost"]
+        .as_object()
+        .into_iter()
+        .flatten()
+        .filter_map(|(k, v)| Some((k.clone(), v.as_u64().filter(|n| *n > 0)?)))
+        .collect();
 }
 
 /// A workload's own wall time: `real_s`, or `elapsed_s` (syscall-loop).
@@ -1372,16 +1378,6 @@ fn workload_real_s(w: &Value) -> f64 {
         .as_f64()
         .or_else(|| w["elapsed_s"].as_f64())
         .unwrap_or(0.0)
-}
-
-/// A recording's non-zero `lost` counters, by reason.
-fn lost_by_reason(rec: &Value) -> std::collections::BTreeMap<String, u64> {
-    rec["lost"]
-        .as_object()
-        .into_iter()
-        .flatten()
-        .filter_map(|(k, v)| Some((k.clone(), v.as_u64().filter(|n| *n > 0)?)))
-        .collect()
 }
 
 fn lost_total(rec: &Value) -> u64 {

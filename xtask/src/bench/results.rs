@@ -738,8 +738,8 @@ fn check(target: &str, measured: String, met: Option<bool>) -> TargetCheck {
 }
 
 /// Slowdowns in percent (positive: slower), one per round: `tool`'s run against `base`'s
-/// run of the same round. The tools of one workload run within about a minute of each
-/// other, so a drift of the machine slower than that (seen here: minutes at half speed)
+/// run of the same round. The tools of one workload run within about half a minute of
+/// each other, so a drift of the machine slower than that (seen here: minutes at half speed)
 /// hits both sides of a pair alike, where it would spread the medians of whole rows apart.
 fn paired_slowdowns(tool: &OverheadRow, base: &OverheadRow) -> Vec<f64> {
     by_round(tool, base).into_iter().map(|(_, s)| s).collect()
@@ -776,11 +776,10 @@ fn round_verdict(ok: &[bool], median_ok: bool, values: &[f64], tolerance: f64) -
     if ok.len() < MIN_RUNS {
         return None;
     }
-    if let Some(all) = unanimous(ok) {
-        return Some(all);
-    }
-    let (lo, hi) = min_max(values);
-    (hi - lo <= 2.0 * tolerance).then_some(median_ok)
+    unanimous(ok).or_else(|| {
+        let (lo, hi) = min_max(values);
+        (hi - lo <= 2.0 * tolerance).then_some(median_ok)
+    })
 }
 
 /// Rounds that all agree decide; otherwise, or with fewer than [`MIN_RUNS`] rounds,
@@ -849,32 +848,42 @@ fn paired_check(
     };
     let ok: Vec<bool> = slow.iter().map(|&s| s <= max_slowdown_pct).collect();
     let v = round_verdict(&ok, med <= max_slowdown_pct, &slow, max_slowdown_pct);
-    let figure = match wording {
-        Wording::Slowdown(pairing) => format!("slowdown {}", describe_rounds(&slow, pairing)),
-        Wording::Speed(pairing) => {
-            let speeds: Vec<f64> = slow.iter().map(|s| 100.0 - s).collect();
-            format!("{} of its speed", describe_rounds(&speeds, pairing))
-        }
-    };
     TargetCheck {
         target: target.to_string(),
-        measured: format!("{figure}{note}{}", inconclusive_note(v, max_slowdown_pct)),
+        measured: format!(
+            "{}{note}{}",
+            rounds_figure(&slow, wording),
+            inconclusive_note(v, Some(max_slowdown_pct))
+        ),
         status: status_of(v).into(),
     }
 }
 
-/// `template` with its `{}` replaced by `tool`'s speed against `base`, per round; empty
-/// without both rows or a round they share.
-fn speed_note(tool: Option<&OverheadRow>, base: Option<&OverheadRow>, template: &str) -> String {
-    let slow = match (tool, base) {
-        (Some(t), Some(b)) => paired_slowdowns(t, b),
-        _ => return String::new(),
-    };
+/// Per-round slowdowns said as `wording` says them: "slowdown 16.2% (median of ...)" or
+/// "97.0% (median of ...) of its speed".
+fn rounds_figure(slow: &[f64], wording: Wording) -> String {
+    match wording {
+        Wording::Slowdown(pairing) => format!("slowdown {}", describe_rounds(slow, pairing)),
+        Wording::Speed(pairing) => {
+            let speeds: Vec<f64> = slow.iter().map(|s| 100.0 - s).collect();
+            format!("{} of its speed", describe_rounds(&speeds, pairing))
+        }
+    }
+}
+
+/// `prefix`, `tool`'s figure against `base` per round ([`rounds_figure`]) and `suffix`,
+/// for context beside a target; empty without both rows or a round they share.
+fn rounds_note(
+    rows: Option<(&OverheadRow, &OverheadRow)>,
+    wording: Wording,
+    prefix: &str,
+    suffix: &str,
+) -> String {
+    let slow = rows.map_or_else(Vec::new, |(t, b)| paired_slowdowns(t, b));
     if slow.is_empty() {
         return String::new();
     }
-    let speeds: Vec<f64> = slow.iter().map(|s| 100.0 - s).collect();
-    template.replacen("{}", &describe_rounds(&speeds, AGAINST_UNTRACED), 1)
+    format!("{prefix}{}{suffix}", rounds_figure(&slow, wording))
 }
 
 /// Issue 14's overhead targets on one workload: `record` slows it at most 3%, and at
@@ -884,13 +893,12 @@ fn speed_note(tool: Option<&OverheadRow>, base: Option<&OverheadRow>, template: 
 fn slowdown_checks(out: &mut Vec<TargetCheck>, r: &BenchResults, w: &str) {
     let base = row(r, w, "untraced");
     let record = row(r, w, "record");
-    let floor_note = match (row(r, w, "syscall-floor"), base) {
-        (Some(f), Some(b)) if !paired_slowdowns(f, b).is_empty() => format!(
-            "; empty programs on the futex syscall tracepoints: slowdown {}",
-            describe_rounds(&paired_slowdowns(f, b), AGAINST_UNTRACED)
-        ),
-        _ => String::new(),
-    };
+    let floor_note = rounds_note(
+        row(r, w, "syscall-floor").zip(base),
+        Wording::Slowdown(AGAINST_UNTRACED),
+        "; empty programs on the futex syscall tracepoints: ",
+        "",
+    );
     out.push(paired_check(
         &format!("`record` on {w}: at most 3% slowdown vs untraced"),
         record.zip(base),
@@ -934,13 +942,7 @@ fn slowdown_checks(out: &mut Vec<TargetCheck>, r: &BenchResults, w: &str) {
                 describe_rounds(&perf, AGAINST_UNTRACED),
                 ok.iter().filter(|&&o| o).count(),
                 ok.len(),
-                if v.is_some() {
-                    String::new()
-                } else {
-                    format!(
-                        " (fewer than {MIN_RUNS} rounds, or rounds that disagree: inconclusive)"
-                    )
-                }
+                inconclusive_note(v, None)
             ),
             status: status_of(v).into(),
         });
@@ -959,16 +961,20 @@ fn slowdown_checks(out: &mut Vec<TargetCheck>, r: &BenchResults, w: &str) {
     ));
 }
 
-/// What a per-round verdict's text adds when the rounds could not decide it.
-fn inconclusive_note(v: Option<bool>, tolerance: f64) -> String {
-    if v.is_some() {
-        String::new()
-    } else {
-        format!(
+/// What a per-round verdict's text adds when the rounds could not decide it; `tolerance`
+/// when a median may decide rounds that disagree ([`round_verdict`]), None when only
+/// agreeing rounds decide ([`unanimous`]).
+fn inconclusive_note(v: Option<bool>, tolerance: Option<f64>) -> String {
+    match (v, tolerance) {
+        (Some(_), _) => String::new(),
+        (None, Some(t)) => format!(
             " (fewer than {MIN_RUNS} rounds, or rounds that disagree and lie more than \
              {:.0} points apart: inconclusive)",
-            2.0 * tolerance
-        )
+            2.0 * t
+        ),
+        (None, None) => {
+            format!(" (fewer than {MIN_RUNS} rounds, or rounds that disagree: inconclusive)")
+        }
     }
 }
 
@@ -992,11 +998,11 @@ pub fn judge_targets(r: &BenchResults) -> Vec<TargetCheck> {
     // An uncontended pthread loop in a process no tracer targets: nothing may touch it.
     // Empty programs cannot touch it either: what they cost it in the same rounds is the
     // bench's own noise.
-    let floor_note = speed_note(
-        row(r, BYSTANDER, "syscall-floor"),
-        base,
-        "; empty programs on the futex syscall tracepoints, which no lock call reaches: {} \
-         of its bare speed",
+    let floor_note = rounds_note(
+        row(r, BYSTANDER, "syscall-floor").zip(base),
+        Wording::Speed(AGAINST_UNTRACED),
+        "; empty programs on the futex syscall tracepoints, which no lock call reaches: ",
+        "",
     );
     for tool in ["record", "serve"] {
         out.push(paired_check(
@@ -1012,11 +1018,11 @@ pub fn judge_targets(r: &BenchResults) -> Vec<TargetCheck> {
     // (empty programs on the same tracepoints) says what of the slowdown is that.
     let floor = row(r, SYSCALL_BYSTANDER, "syscall-floor");
     let base = row(r, SYSCALL_BYSTANDER, "untraced");
-    let floor_note = speed_note(
-        floor,
-        base,
-        "; empty programs on the same syscall tracepoints: {} of its bare speed (the kernel's \
-         traced syscall path, paid by any tracer of futex calls)",
+    let floor_note = rounds_note(
+        floor.zip(base),
+        Wording::Speed(AGAINST_UNTRACED),
+        "; empty programs on the same syscall tracepoints: ",
+        " (the kernel's traced syscall path, paid by any tracer of futex calls)",
     );
     for tool in ["record", "serve"] {
         let t = row(r, SYSCALL_BYSTANDER, tool);
@@ -1691,15 +1697,12 @@ mod tests {
 
     #[test]
     fn the_syscall_bystander_is_judged_against_bare_and_against_the_floor() {
-        let mut r = BenchResults {
-            overhead: vec![
-                row(SYSCALL_BYSTANDER, "untraced", 8.0e6, 8.0e6),
-                row(SYSCALL_BYSTANDER, "record", 6.0e6, 8.0e6),
-                row(SYSCALL_BYSTANDER, "serve", 5.0e6, 8.0e6),
-                row(SYSCALL_BYSTANDER, "syscall-floor", 6.1e6, 8.0e6),
-            ],
-            ..Default::default()
-        };
+        let mut r = with_rows(vec![
+            row(SYSCALL_BYSTANDER, "untraced", 8.0e6, 8.0e6),
+            row(SYSCALL_BYSTANDER, "record", 6.0e6, 8.0e6),
+            row(SYSCALL_BYSTANDER, "serve", 5.0e6, 8.0e6),
+            row(SYSCALL_BYSTANDER, "syscall-floor", 6.1e6, 8.0e6),
+        ]);
         let checks = judge_targets(&r);
         let find = |tool: &str, what: &str| {
             checks
@@ -1859,6 +1862,14 @@ mod tests {
             maxrss_kib: Some(20480),
             lost: Some(0),
             runs: rounds(&[median, median, median]),
+        }
+    }
+
+    /// Results holding only these overhead rows.
+    fn with_rows(overhead: Vec<OverheadRow>) -> BenchResults {
+        BenchResults {
+            overhead,
+            ..Default::default()
         }
     }
 
@@ -2071,13 +2082,10 @@ mod tests {
 
     #[test]
     fn the_loop_record_traces_is_judged_against_its_untraced_rounds() {
-        let mut r = BenchResults {
-            overhead: vec![
-                row(BYSTANDER, "untraced", 100.0, 100.0),
-                row(BYSTANDER, "record-command", 99.0, 100.0),
-            ],
-            ..Default::default()
-        };
+        let mut r = with_rows(vec![
+            row(BYSTANDER, "untraced", 100.0, 100.0),
+            row(BYSTANDER, "record-command", 99.0, 100.0),
+        ]);
         r.overhead[1].runs = rounds(&[99.0, 101.0, 97.0]);
         let get = |r: &BenchResults| {
             judge_targets(r)
@@ -2116,13 +2124,10 @@ mod tests {
         // A 2% target: rounds 1.0, 3.5, 1.0% slower disagree within 4 points: the median
         // (1.0%) decides. Rounds 1, 7, 1: 6 points apart, inconclusive.
         let bystander = |speeds: &[f64]| {
-            let mut r = BenchResults {
-                overhead: vec![
-                    row(BYSTANDER, "untraced", 100.0, 100.0),
-                    row(BYSTANDER, "serve", 100.0, 100.0),
-                ],
-                ..Default::default()
-            };
+            let mut r = with_rows(vec![
+                row(BYSTANDER, "untraced", 100.0, 100.0),
+                row(BYSTANDER, "serve", 100.0, 100.0),
+            ]);
             r.overhead[1].runs = rounds(speeds);
             judge_targets(&r)
                 .into_iter()
