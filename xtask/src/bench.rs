@@ -36,8 +36,10 @@ pub struct BenchOptions {
 }
 
 /// The order of a round. The empty programs run right after `record`, so that lockscope's
-/// own share (`record` against them, per round) compares runs a few seconds apart.
-const TOOLS: [Tool; 7] = [
+/// own share (`record` against them, per round) compares runs a few seconds apart. An
+/// untraced run opens and closes the round: each traced run is set against their mean,
+/// and a round whose machine drifted between them is seen.
+const TOOLS: [Tool; 8] = [
     Tool::Untraced,
     Tool::Record,
     Tool::SyscallFloor,
@@ -45,11 +47,14 @@ const TOOLS: [Tool; 7] = [
     Tool::Serve,
     Tool::Perf,
     Tool::Bpftrace,
+    Tool::UntracedAfter,
 ];
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Tool {
     Untraced,
+    /// Untraced again, closing the round.
+    UntracedAfter,
     Record,
     Serve,
     Perf,
@@ -65,6 +70,7 @@ impl Tool {
     fn name(self) -> &'static str {
         match self {
             Tool::Untraced => "untraced",
+            Tool::UntracedAfter => UNTRACED_AFTER,
             Tool::Record => "record",
             Tool::Serve => "serve",
             Tool::Perf => "perf",
@@ -1210,7 +1216,7 @@ fn run_once(ctx: &Ctx, tool: Tool, spec: &WorkloadSpec) -> Result<RunSample> {
     let ready_timeout = Duration::from_secs(90);
     let stop_timeout = Duration::from_secs(180);
     let mut tracer = match tool {
-        Tool::Untraced => None,
+        Tool::Untraced | Tool::UntracedAfter => None,
         Tool::RecordCommand => return record_command(ctx, spec),
         Tool::Record => {
             let mut c = ctx.lockscope();
@@ -1324,7 +1330,11 @@ fn run_once(ctx: &Ctx, tool: Tool, spec: &WorkloadSpec) -> Result<RunSample> {
             );
         }
         // Untraced, serve and record-command returned above.
-        Tool::Untraced | Tool::Serve | Tool::SyscallFloor | Tool::RecordCommand => {}
+        Tool::Untraced
+        | Tool::UntracedAfter
+        | Tool::Serve
+        | Tool::SyscallFloor
+        | Tool::RecordCommand => {}
     }
     Ok(sample)
 }

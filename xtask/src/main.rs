@@ -128,21 +128,25 @@ enum Cmd {
     /// capacity and daemon cost; write BENCHMARKS.md and bench-results.json.
     #[command(
         long_about = "Measure lockscope against the tools people use today, as root:\n\n  \
-        1. Alternating runs (A B C D E A B C D E ...) of the built-in workloads mmap-fault, \
-           mmap-churn, futex-mutex and futex-mutex --pi: untraced; under `lockscope record` \
-           (system-wide, every default probe); under `lockscope serve` (1 s interval, \
-           scraped every second); under `perf lock record -a`; under a bpftrace script \
-           keeping a wait-time histogram per lock. Per tool and workload: median and \
-           spread of the workload's own ops/s, the ratio to untraced, contention events/s \
-           the tool saw, the tool's CPU time and peak RSS, lost events.\n  \
+        1. Overhead: rounds of the built-in workloads (mmap-fault, mmap-churn, \
+           futex-mutex, futex-mutex --pi, an uncontended pthread loop and a loop of system \
+           calls as bystanders), each round running every workload untraced; under \
+           `lockscope record -a`; beside empty programs on the futex syscall tracepoints; \
+           as the command of `lockscope record --`; under `lockscope serve` (scraped every \
+           second); under `perf lock record -a`; under a bpftrace histogram per lock; and \
+           untraced again. Each traced run is judged against the mean of its round's two \
+           untraced runs. Per tool and workload: the workload's own ops/s, contention \
+           events/s seen, the tool's CPU time and peak RSS, lost events.\n  \
         2. Cost per event: kernel BPF run statistics of lockscope's programs against an \
-           empty program on lock:contention_begin (the floor).\n  \
+           empty program and a minimal bpftrace peer on the same tracepoints.\n  \
         3. Capacity: more threads and shorter critical sections until loss or saturation; \
            loss checked against the workload's own futex call counts.\n  \
-        4. Daemon cost: CPU % and RSS of `lockscope serve` (10,000 locks when `workload \
-           futex-mutex --locks` exists).\n\n\
+        4. Daemon cost: CPU % and RSS of `lockscope serve` (also with 10,000 locks).\n  \
+        5. cyclictest bare and under `record -a --latency-threshold`; start and stop times \
+           (alone and beside `stress-ng --ptrace 4`); memcached under memcslap bare, beside \
+           a recording and traced.\n\n\
         Writes BENCHMARKS.md and bench-results.json at the repository root (--quick: in \
-        target/bench/, 1 short run each, under 3 minutes; `cargo xtask test` runs it). \
+        target/bench/, 1 short run each, about 3 minutes; `cargo xtask test` runs it). \
         --soak runs only the soak: `lockscope serve` under mmap-churn for --minutes, RSS \
         at start (after warm-up) and end, merged into the same files. Fails if a tool is \
         missing or a run fails; missed targets are reported, not failures."

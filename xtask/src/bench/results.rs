@@ -552,6 +552,76 @@ pub const BYSTANDER: &str = "pthread bystander";
 /// The bench workload of an untraced loop of system calls (no locks).
 pub const SYSCALL_BYSTANDER: &str = "syscall bystander";
 
+/// The tool of the untraced run that closes a round.
+pub const UNTRACED_AFTER: &str = "untraced-after";
+
+/// A workload's untraced baseline, one run per round ([`baseline`]).
+struct Baseline {
+    row: OverheadRow,
+    /// What each round's baseline is: [`AGAINST_BOTH_UNTRACED`] or [`AGAINST_UNTRACED`].
+    pairing: &'static str,
+    /// The rounds left out and why, to add to a figure; empty when none were.
+    note: String,
+}
+
+/// `w`'s untraced baseline per round. Where a round closes with an untraced run too
+/// ([`UNTRACED_AFTER`]), it is the mean of the two, so that a machine that drifts during
+/// the round moves the baseline with it, and a tool's place in the round (first after
+/// the untraced run, or last) does not favour it. A round whose two untraced runs lie
+/// more than `window` percent apart has no baseline to trust within that window: it is
+/// left out, and the note says so. Results from before the closing run keep the first.
+fn baseline(r: &BenchResults, w: &str, window: f64) -> Option<Baseline> {
+    let first = row(r, w, "untraced")?;
+    let last = row(r, w, UNTRACED_AFTER);
+    let mut bracketed = false;
+    let mut left_out = Vec::new();
+    let runs = first
+        .runs
+        .iter()
+        .filter_map(|f| {
+            let Some(l) = last.and_then(|l| {
+                l.runs
+                    .iter()
+                    .find(|l| l.round == f.round && l.throughput > 0.0)
+            }) else {
+                return Some(f.clone());
+            };
+            bracketed = true;
+            let mean = (f.throughput + l.throughput) / 2.0;
+            let apart = (f.throughput - l.throughput).abs() / mean * 100.0;
+            if apart > window {
+                left_out.push(format!("round {} ({apart:.1}%)", f.round));
+                return None;
+            }
+            Some(RunSample {
+                throughput: mean,
+                ..f.clone()
+            })
+        })
+        .collect();
+    let note = if left_out.is_empty() {
+        String::new()
+    } else {
+        format!(
+            "; left out, their untraced runs (first and last) more than {window:.0}% apart: \
+             {}",
+            left_out.join(", ")
+        )
+    };
+    Some(Baseline {
+        row: OverheadRow {
+            runs,
+            ..first.clone()
+        },
+        pairing: if bracketed {
+            AGAINST_BOTH_UNTRACED
+        } else {
+            AGAINST_UNTRACED
+        },
+        note,
+    })
+}
+
 fn row<'a>(r: &'a BenchResults, workload: &str, tool: &str) -> Option<&'a OverheadRow> {
     r.overhead
         .iter()
@@ -810,8 +880,12 @@ fn describe_rounds(values: &[f64], pairing: &str) -> String {
     }
 }
 
-/// What each round of a slowdown is set against.
+/// What each round of a slowdown is set against, in results whose rounds open with an
+/// untraced run only (from before [`UNTRACED_AFTER`]).
 const AGAINST_UNTRACED: &str = "each against the untraced run of its round";
+/// What each round of a slowdown is set against where rounds open and close untraced.
+const AGAINST_BOTH_UNTRACED: &str =
+    "each against the mean of the untraced runs that open and close its round";
 /// What each round of lockscope's own share is set against.
 const AGAINST_FLOOR: &str = "each against the empty programs' run of its round";
 
@@ -891,11 +965,14 @@ fn rounds_note(
 /// own share against empty programs on the futex syscall tracepoints. Each judged from
 /// per-round pairs ([`paired_slowdowns`]).
 fn slowdown_checks(out: &mut Vec<TargetCheck>, r: &BenchResults, w: &str) {
-    let base = row(r, w, "untraced");
+    let b = baseline(r, w, 6.0);
+    let base = b.as_ref().map(|b| &b.row);
+    let pairing = b.as_ref().map_or(AGAINST_UNTRACED, |b| b.pairing);
+    let left_out = b.as_ref().map_or("", |b| b.note.as_str());
     let record = row(r, w, "record");
     let floor_note = rounds_note(
         row(r, w, "syscall-floor").zip(base),
-        Wording::Slowdown(AGAINST_UNTRACED),
+        Wording::Slowdown(pairing),
         "; empty programs on the futex syscall tracepoints: ",
         "",
     );
@@ -903,8 +980,8 @@ fn slowdown_checks(out: &mut Vec<TargetCheck>, r: &BenchResults, w: &str) {
         &format!("`record` on {w}: at most 3% slowdown vs untraced"),
         record.zip(base),
         3.0,
-        Wording::Slowdown(AGAINST_UNTRACED),
-        &floor_note,
+        Wording::Slowdown(pairing),
+        &format!("{floor_note}{left_out}"),
     ));
 
     // record's slowdown and perf's, paired by round. A tracer that is not measurably
@@ -937,9 +1014,9 @@ fn slowdown_checks(out: &mut Vec<TargetCheck>, r: &BenchResults, w: &str) {
         out.push(TargetCheck {
             target,
             measured: format!(
-                "record slowdown {}, perf slowdown {}; {} of {} rounds met it{}",
-                describe_rounds(&rec, AGAINST_UNTRACED),
-                describe_rounds(&perf, AGAINST_UNTRACED),
+                "record slowdown {}, perf slowdown {}; {} of {} rounds met it{left_out}{}",
+                describe_rounds(&rec, pairing),
+                describe_rounds(&perf, pairing),
                 ok.iter().filter(|&&o| o).count(),
                 ok.len(),
                 inconclusive_note(v, None)
@@ -986,21 +1063,25 @@ pub fn judge_targets(r: &BenchResults) -> Vec<TargetCheck> {
     }
     // The same loop as the command `record` traces: no lock call of it blocks, so no
     // probe may run in it either.
-    let base = row(r, BYSTANDER, "untraced");
+    let b = baseline(r, BYSTANDER, 10.0);
     out.push(paired_check(
         "an uncontended pthread loop in the process `record` traces (`record -- <loop>`): at \
          least 95% of its bare speed",
-        row(r, BYSTANDER, "record-command").zip(base),
+        row(r, BYSTANDER, "record-command").zip(b.as_ref().map(|b| &b.row)),
         5.0,
-        Wording::Speed(AGAINST_UNTRACED),
-        "",
+        Wording::Speed(b.as_ref().map_or(AGAINST_UNTRACED, |b| b.pairing)),
+        b.as_ref().map_or("", |b| b.note.as_str()),
     ));
     // An uncontended pthread loop in a process no tracer targets: nothing may touch it.
     // Empty programs cannot touch it either: what they cost it in the same rounds is the
     // bench's own noise.
+    let b = baseline(r, BYSTANDER, 4.0);
+    let base = b.as_ref().map(|b| &b.row);
+    let pairing = b.as_ref().map_or(AGAINST_UNTRACED, |b| b.pairing);
+    let left_out = b.as_ref().map_or("", |b| b.note.as_str());
     let floor_note = rounds_note(
         row(r, BYSTANDER, "syscall-floor").zip(base),
-        Wording::Speed(AGAINST_UNTRACED),
+        Wording::Speed(pairing),
         "; empty programs on the futex syscall tracepoints, which no lock call reaches: ",
         "",
     );
@@ -1009,18 +1090,21 @@ pub fn judge_targets(r: &BenchResults) -> Vec<TargetCheck> {
             &format!("`{tool}` beside an uncontended pthread loop: at least 98% of its bare speed"),
             row(r, BYSTANDER, tool).zip(base),
             2.0,
-            Wording::Speed(AGAINST_UNTRACED),
-            &floor_note,
+            Wording::Speed(pairing),
+            &format!("{floor_note}{left_out}"),
         ));
     }
     // The same for a loop of system calls that touch no lock. Any attached syscall
     // tracepoint sends every system call through the kernel's traced path: the floor
     // (empty programs on the same tracepoints) says what of the slowdown is that.
     let floor = row(r, SYSCALL_BYSTANDER, "syscall-floor");
-    let base = row(r, SYSCALL_BYSTANDER, "untraced");
+    let b = baseline(r, SYSCALL_BYSTANDER, 4.0);
+    let base = b.as_ref().map(|b| &b.row);
+    let pairing = b.as_ref().map_or(AGAINST_UNTRACED, |b| b.pairing);
+    let left_out = b.as_ref().map_or("", |b| b.note.as_str());
     let floor_note = rounds_note(
         floor.zip(base),
-        Wording::Speed(AGAINST_UNTRACED),
+        Wording::Speed(pairing),
         "; empty programs on the same syscall tracepoints: ",
         " (the kernel's traced syscall path, paid by any tracer of futex calls)",
     );
@@ -1030,8 +1114,8 @@ pub fn judge_targets(r: &BenchResults) -> Vec<TargetCheck> {
             &format!("`{tool}` beside a loop of system calls: at least 98% of its bare speed"),
             t.zip(base),
             2.0,
-            Wording::Speed(AGAINST_UNTRACED),
-            &floor_note,
+            Wording::Speed(pairing),
+            &format!("{floor_note}{left_out}"),
         ));
         // lockscope's own share: against the floor, not against bare. Results from before
         // the floor was measured have no such check.
@@ -1284,6 +1368,7 @@ fn mib(kib: Option<u64>) -> String {
 
 const TOOL_LABELS: &[(&str, &str)] = &[
     ("untraced", "untraced"),
+    (UNTRACED_AFTER, "untraced, again at the round's end"),
     ("record", "`lockscope record`"),
     (
         "record-command",
@@ -1365,8 +1450,10 @@ pub fn render_markdown(r: &BenchResults) -> String {
         let _ = writeln!(
             s,
             "Throughput targets are judged per round: each traced run against the run it is \
-             set against in the same round (a negative slowdown is faster). Every round \
-             agreeing decides; rounds that disagree decide by their median only when they lie \
+             set against in the same round (a negative slowdown is faster). A round opens \
+             and closes with an untraced run, and a traced run is set against their mean; a \
+             round whose two lie further apart than twice the target's tolerance is left out, \
+             said so. Every round agreeing decides; rounds that disagree decide by their median only when they lie \
              within twice the target's tolerance.\n"
         );
         let _ = writeln!(s, "| target | measured | status |\n|---|---|---|");
@@ -2078,6 +2165,51 @@ mod tests {
             .find(|c| c.target.starts_with("`record` on mmap-churn: at most"))
             .unwrap();
         assert!(c.measured.contains("median of 3 rounds"), "{}", c.measured);
+    }
+
+    #[test]
+    fn a_round_is_set_against_the_untraced_runs_that_open_and_close_it() {
+        // The machine slowed 3% over every round: set against the run that opens it
+        // alone, a tracer at 97 would be at 97% (missed); against the mean of both ends,
+        // 98.5% (met).
+        let mut r = with_rows(vec![
+            row(BYSTANDER, "untraced", 100.0, 100.0),
+            row(BYSTANDER, "record", 97.0, 100.0),
+            row(BYSTANDER, "serve", 97.0, 100.0),
+            row(BYSTANDER, UNTRACED_AFTER, 97.0, 100.0),
+        ]);
+        let beside = "`record` beside an uncontended pthread loop";
+        let find = |r: &BenchResults| {
+            judge_targets(r)
+                .into_iter()
+                .find(|c| c.target.starts_with(beside))
+                .unwrap()
+        };
+        let c = find(&r);
+        assert_eq!(c.status, "met", "{}", c.measured);
+        assert!(c.measured.contains(AGAINST_BOTH_UNTRACED), "{}", c.measured);
+        assert!(!c.measured.contains("left out"), "{}", c.measured);
+        // Results from before the closing run: the opening run alone.
+        let without: Vec<OverheadRow> = r
+            .overhead
+            .iter()
+            .filter(|o| o.tool != UNTRACED_AFTER)
+            .cloned()
+            .collect();
+        let c = find(&with_rows(without));
+        assert_eq!(c.status, "missed", "{}", c.measured);
+        assert!(c.measured.contains(AGAINST_UNTRACED), "{}", c.measured);
+        // A round whose untraced runs lie 22% apart has no baseline within the target's
+        // window: left out, and said so; two rounds left cannot decide.
+        r.overhead[3].runs[1].throughput = 80.0;
+        let c = find(&r);
+        assert_eq!(c.status, "inconclusive", "{}", c.measured);
+        assert!(c.measured.contains("median of 2 rounds"), "{}", c.measured);
+        assert!(
+            c.measured.contains("more than 4% apart: round 2 (22.2%)"),
+            "{}",
+            c.measured
+        );
     }
 
     #[test]
