@@ -162,8 +162,9 @@ pub struct RecordArgs {
     /// Record only these lock types, comma-separated: spinlock, rwlock:R, rwlock:W,
     /// rwsem:R, rwsem:W, mutex, mutex-spin, rtmutex, pcpu-sem:R, pcpu-sem:W, semaphore;
     /// a family name (rwsem, rwlock, pcpu-sem) means all its variants. User-space locks:
-    /// futex, futex-pi, pthread-mutex, pthread-rwlock (futex words that libc uprobes
-    /// attribute to a pthread lock); without any, the futex probes stay detached.
+    /// futex, futex-pi, pthread-mutex, pthread-rwlock (futex words found inside a pthread
+    /// lock, unwound from the stack of a wait that blocked); without any, the futex probes
+    /// stay detached.
     #[arg(long, value_name = "LIST", value_delimiter = ',')]
     pub types: Vec<String>,
     /// Also write the HTML report (histograms, timeline, flame graphs) to this file.

@@ -29,7 +29,7 @@ pub struct FutexSnapshot {
     pub thread_comms: HashMap<u32, String>,
     /// Which user-space types to report (`None`: all).
     pub types: Option<Vec<LockType>>,
-    /// pthread attribution: call sites per futex word (empty without libc uprobes).
+    /// pthread attribution: call sites per futex word (empty where it is off).
     pub pthread: PthreadSnapshot,
     /// Entries of `stats` that came from `FUTEX_HOT` slots alone (not in `FUTEX_STATS`).
     pub hot_only: usize,
@@ -243,7 +243,7 @@ pub struct FutexEvents {
     pub in_progress_at_end: u64,
     /// Calls on futex words of a type not asked for (`--types`).
     pub type_filtered: u64,
-    /// pthread attribution (libc uprobes): libraries probed, notes, counts.
+    /// pthread attribution (blocked waits unwound): libraries seen, notes, counts.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pthread: Option<PthreadEvents>,
 }

@@ -34,7 +34,7 @@ pub enum LockType {
     Futex,
     /// A user-space PI futex word (LOCK_PI / UNLOCK_PI / TRYLOCK_PI, requeue-PI).
     FutexPi,
-    /// A futex word inside a glibc/musl `pthread_mutex_t` (libc uprobe attribution).
+    /// A futex word inside a glibc/musl `pthread_mutex_t` (pthread attribution).
     PthreadMutex,
     /// A futex word inside a `pthread_rwlock_t`.
     PthreadRwlock,

@@ -1,8 +1,8 @@
 //! `pthread-mutex`: threads taking one plain glibc `pthread_mutex_t` (default type), or
 //! with `--rwlock` one `pthread_rwlock_t`. glibc's mutex waits on the futex word at the
 //! start of the mutex object (`__lock`); its rwlock waits on words inside the object.
-//! With the libc uprobes, a recording names the lock as a pthread mutex / rwlock and the
-//! call sites as the worker functions below.
+//! With pthread attribution, a recording names the lock as a pthread mutex / rwlock and
+//! the call sites as the worker functions below.
 
 use std::cell::UnsafeCell;
 use std::sync::Arc;
