@@ -378,31 +378,68 @@ fn full_run(ctx: &Ctx, runs: Option<usize>) -> Result<BenchResults> {
     );
 
     let mut samples: Vec<Vec<Vec<RunSample>>> = vec![vec![Vec::new(); TOOLS.len()]; specs.len()];
+    let mut rounds_run_again = Vec::new();
     let cpu_at_start = (proc::busy_cpu_s(), proc::own_cpu_s(), Instant::now());
     for round in 0..runs {
         for (wi, spec) in specs.iter().enumerate() {
-            for (ti, tool) in TOOLS.iter().enumerate() {
-                progress.step(&format!(
-                    "round {}/{runs}: {} under {}",
-                    round + 1,
-                    spec.name,
-                    tool.name()
-                ));
-                let mut s = run_once(ctx, *tool, spec)
-                    .with_context(|| format!("bench: {} under {}", spec.name, tool.name()))?;
-                s.round = round + 1;
-                println!(
-                    "        {} ops/s{}",
-                    parse::fmt_si(s.throughput),
-                    s.events
-                        .map(|e| format!(
-                            ", {} events/s seen, lost {}",
-                            parse::fmt_si(e as f64 / s.window_s.max(1e-9)),
-                            s.lost.map_or("n/a".into(), |l| l.to_string())
-                        ))
-                        .unwrap_or_default()
+            let mut again = false;
+            loop {
+                let mut this_round = Vec::with_capacity(TOOLS.len());
+                for tool in TOOLS {
+                    progress.step(&format!(
+                        "round {}/{runs}{}: {} under {}",
+                        round + 1,
+                        if again { ", again" } else { "" },
+                        spec.name,
+                        tool.name()
+                    ));
+                    let mut s = run_once(ctx, tool, spec)
+                        .with_context(|| format!("bench: {} under {}", spec.name, tool.name()))?;
+                    s.round = round + 1;
+                    println!(
+                        "        {} ops/s{}",
+                        parse::fmt_si(s.throughput),
+                        s.events
+                            .map(|e| format!(
+                                ", {} events/s seen, lost {}",
+                                parse::fmt_si(e as f64 / s.window_s.max(1e-9)),
+                                s.lost.map_or("n/a".into(), |l| l.to_string())
+                            ))
+                            .unwrap_or_default()
+                    );
+                    this_round.push(s);
+                }
+                // The machine drifted during the round: its untraced runs, first and
+                // last, say so. Run it again, once; keep the first try's runs aside. Not
+                // in --quick: one round judges nothing.
+                let apart = untraced_apart(
+                    this_round[0].throughput,
+                    this_round[TOOLS.len() - 1].throughput,
                 );
-                samples[wi][ti].push(s);
+                if !again && !ctx.quick && apart > drift_window(&spec.name) {
+                    println!(
+                        "        untraced runs {apart:.1}% apart (window {:.0}%): the machine \
+                         drifted during the round; running it again",
+                        drift_window(&spec.name)
+                    );
+                    progress.total += TOOLS.len();
+                    rounds_run_again.push(RoundRunAgain {
+                        workload: spec.name.clone(),
+                        round: round + 1,
+                        apart_pct: apart,
+                        runs: TOOLS
+                            .iter()
+                            .map(|t| t.name().to_string())
+                            .zip(this_round)
+                            .collect(),
+                    });
+                    again = true;
+                    continue;
+                }
+                for (ti, s) in this_round.into_iter().enumerate() {
+                    samples[wi][ti].push(s);
+                }
+                break;
             }
         }
     }
@@ -538,6 +575,7 @@ fn full_run(ctx: &Ctx, runs: Option<usize>) -> Result<BenchResults> {
         start_stop: Some(start_stop),
         memcached: Some(memcached),
         targets: Vec::new(),
+        rounds_run_again,
     })
 }
 
@@ -2067,7 +2105,7 @@ fn snapshot_counts(port: u16) -> (usize, usize) {
 
 #[cfg(test)]
 mod helper_tests {
-    use super::{cyclictest_worst, futex_lost};
+    use super::{TOOLS, Tool, cyclictest_worst, futex_lost};
 
     #[test]
     fn only_futex_losses_count_against_futex_calls() {
@@ -2077,6 +2115,13 @@ mod helper_tests {
         }});
         assert_eq!(futex_lost(&rec), 5);
         assert_eq!(futex_lost(&serde_json::json!({})), 0);
+    }
+
+    #[test]
+    fn a_round_opens_and_closes_untraced() {
+        // The drift check and the judged baseline read the first and the last run.
+        assert_eq!(TOOLS[0], Tool::Untraced);
+        assert_eq!(TOOLS[TOOLS.len() - 1], Tool::UntracedAfter);
     }
 
     #[test]

@@ -38,6 +38,22 @@ pub struct BenchResults {
     pub memcached: Option<Memcached>,
     #[serde(default)]
     pub targets: Vec<TargetCheck>,
+    /// Overhead rounds run again because the machine drifted during them
+    /// ([`drift_window`]): kept here, not judged.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rounds_run_again: Vec<RoundRunAgain>,
+}
+
+/// An overhead round of one workload that was run again: its untraced runs, opening and
+/// closing it, lay further apart than the workload's [`drift_window`].
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct RoundRunAgain {
+    pub workload: String,
+    pub round: usize,
+    /// How far apart its two untraced runs lay, in percent of their mean.
+    pub apart_pct: f64,
+    /// Every run of the round, tool by tool.
+    pub runs: Vec<(String, RunSample)>,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -555,6 +571,28 @@ pub const SYSCALL_BYSTANDER: &str = "syscall bystander";
 /// The tool of the untraced run that closes a round.
 pub const UNTRACED_AFTER: &str = "untraced-after";
 
+/// How far apart two untraced runs of a round lie, in percent of their mean.
+pub fn untraced_apart(first: f64, last: f64) -> f64 {
+    let mean = (first + last) / 2.0;
+    if mean > 0.0 {
+        (first - last).abs() / mean * 100.0
+    } else {
+        f64::INFINITY
+    }
+}
+
+/// How far apart (percent) the untraced runs that open and close a round of `workload`
+/// may lie for its throughput targets to use the round: twice the tightest tolerance
+/// judged on it (2 points beside the bystanders, 3 on the others). The bench runs a round
+/// again once when they lie further apart.
+pub fn drift_window(workload: &str) -> f64 {
+    if workload == BYSTANDER || workload == SYSCALL_BYSTANDER {
+        4.0
+    } else {
+        6.0
+    }
+}
+
 /// A workload's untraced baseline, one run per round ([`baseline`]).
 struct Baseline {
     row: OverheadRow,
@@ -588,7 +626,7 @@ fn baseline(r: &BenchResults, w: &str, window: f64) -> Option<Baseline> {
             };
             bracketed = true;
             let mean = (f.throughput + l.throughput) / 2.0;
-            let apart = (f.throughput - l.throughput).abs() / mean * 100.0;
+            let apart = untraced_apart(f.throughput, l.throughput);
             if apart > window {
                 left_out.push(format!("round {} ({apart:.1}%)", f.round));
                 return None;
@@ -965,7 +1003,7 @@ fn rounds_note(
 /// own share against empty programs on the futex syscall tracepoints. Each judged from
 /// per-round pairs ([`paired_slowdowns`]).
 fn slowdown_checks(out: &mut Vec<TargetCheck>, r: &BenchResults, w: &str) {
-    let b = baseline(r, w, 6.0);
+    let b = baseline(r, w, drift_window(w));
     let base = b.as_ref().map(|b| &b.row);
     let pairing = b.as_ref().map_or(AGAINST_UNTRACED, |b| b.pairing);
     let left_out = b.as_ref().map_or("", |b| b.note.as_str());
@@ -1075,7 +1113,7 @@ pub fn judge_targets(r: &BenchResults) -> Vec<TargetCheck> {
     // An uncontended pthread loop in a process no tracer targets: nothing may touch it.
     // Empty programs cannot touch it either: what they cost it in the same rounds is the
     // bench's own noise.
-    let b = baseline(r, BYSTANDER, 4.0);
+    let b = baseline(r, BYSTANDER, drift_window(BYSTANDER));
     let base = b.as_ref().map(|b| &b.row);
     let pairing = b.as_ref().map_or(AGAINST_UNTRACED, |b| b.pairing);
     let left_out = b.as_ref().map_or("", |b| b.note.as_str());
@@ -1098,7 +1136,7 @@ pub fn judge_targets(r: &BenchResults) -> Vec<TargetCheck> {
     // tracepoint sends every system call through the kernel's traced path: the floor
     // (empty programs on the same tracepoints) says what of the slowdown is that.
     let floor = row(r, SYSCALL_BYSTANDER, "syscall-floor");
-    let b = baseline(r, SYSCALL_BYSTANDER, 4.0);
+    let b = baseline(r, SYSCALL_BYSTANDER, drift_window(SYSCALL_BYSTANDER));
     let base = b.as_ref().map(|b| &b.row);
     let pairing = b.as_ref().map_or(AGAINST_UNTRACED, |b| b.pairing);
     let left_out = b.as_ref().map_or("", |b| b.note.as_str());
@@ -1443,6 +1481,21 @@ pub fn render_markdown(r: &BenchResults) -> String {
             c.runs,
             c.tools.join(", "),
             super::parse::fmt_duration(c.elapsed_s)
+        );
+    }
+    if !r.rounds_run_again.is_empty() {
+        let again: Vec<String> = r
+            .rounds_run_again
+            .iter()
+            .map(|a| format!("{} round {} ({:.1}%)", a.workload, a.round, a.apart_pct))
+            .collect();
+        let _ = writeln!(
+            s,
+            "Rounds run again, once each, because their opening and closing untraced runs lay \
+             further apart than the workload's window (6%; 4% for the bystanders): {}. \
+             Their runs are in `bench-results.json` (`rounds_run_again`), not in the \
+             figures below.\n",
+            again.join(", ")
         );
     }
     if !r.targets.is_empty() {
@@ -2210,6 +2263,29 @@ mod tests {
             "{}",
             c.measured
         );
+    }
+
+    #[test]
+    fn rounds_run_again_are_named_and_kept_apart() {
+        assert!((untraced_apart(5.2, 3.1) - 50.6).abs() < 0.1);
+        assert_eq!(untraced_apart(0.0, 0.0), f64::INFINITY);
+        assert_eq!(drift_window(BYSTANDER), 4.0);
+        assert_eq!(drift_window("mmap-churn"), 6.0);
+        let mut r = sample();
+        let runs_before = r.overhead[0].runs.len();
+        r.rounds_run_again.push(RoundRunAgain {
+            workload: "mmap-churn".into(),
+            round: 2,
+            apart_pct: 50.6,
+            runs: vec![("untraced".into(), RunSample::default())],
+        });
+        let md = render_markdown(&r);
+        assert!(md.contains("Rounds run again"), "{md}");
+        assert!(md.contains("mmap-churn round 2 (50.6%)"), "{md}");
+        // Through the JSON and back, and not among the judged runs.
+        let back: BenchResults = serde_json::from_str(&serde_json::to_string(&r).unwrap()).unwrap();
+        assert_eq!(back.rounds_run_again.len(), 1);
+        assert_eq!(back.overhead[0].runs.len(), runs_before);
     }
 
     #[test]
