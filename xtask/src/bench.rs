@@ -416,11 +416,11 @@ fn full_run(ctx: &Ctx, runs: Option<usize>) -> Result<BenchResults> {
                     this_round[0].throughput,
                     this_round[TOOLS.len() - 1].throughput,
                 );
-                if !again && !ctx.quick && apart > drift_window(&spec.name) {
+                let window = drift_window(&spec.name).filter(|_| !again && !ctx.quick);
+                if let Some(window) = window.filter(|&w| apart > w) {
                     println!(
-                        "        untraced runs {apart:.1}% apart (window {:.0}%): the machine \
-                         drifted during the round; running it again",
-                        drift_window(&spec.name)
+                        "        untraced runs {apart:.1}% apart (window {window:.0}%): the \
+                         machine drifted during the round; running it again"
                     );
                     progress.total += TOOLS.len();
                     rounds_run_again.push(RoundRunAgain {

@@ -581,15 +581,21 @@ pub fn untraced_apart(first: f64, last: f64) -> f64 {
     }
 }
 
+/// The workloads whose throughput is judged against untraced runs, slowed at most 3%.
+pub const JUDGED_WORKLOADS: [&str; 2] = ["mmap-churn", "futex-mutex"];
+
 /// How far apart (percent) the untraced runs that open and close a round of `workload`
 /// may lie for its throughput targets to use the round: twice the tightest tolerance
-/// judged on it (2 points beside the bystanders, 3 on the others). The bench runs a round
-/// again once when they lie further apart.
-pub fn drift_window(workload: &str) -> f64 {
+/// judged on it (2 points beside the bystanders, 3 on [`JUDGED_WORKLOADS`]); None for a
+/// workload without such a target. The bench runs a round again once when they lie
+/// further apart.
+pub fn drift_window(workload: &str) -> Option<f64> {
     if workload == BYSTANDER || workload == SYSCALL_BYSTANDER {
-        4.0
+        Some(4.0)
+    } else if JUDGED_WORKLOADS.contains(&workload) {
+        Some(6.0)
     } else {
-        6.0
+        None
     }
 }
 
@@ -1003,7 +1009,7 @@ fn rounds_note(
 /// own share against empty programs on the futex syscall tracepoints. Each judged from
 /// per-round pairs ([`paired_slowdowns`]).
 fn slowdown_checks(out: &mut Vec<TargetCheck>, r: &BenchResults, w: &str) {
-    let b = baseline(r, w, drift_window(w));
+    let b = baseline(r, w, drift_window(w).unwrap_or(6.0));
     let base = b.as_ref().map(|b| &b.row);
     let pairing = b.as_ref().map_or(AGAINST_UNTRACED, |b| b.pairing);
     let left_out = b.as_ref().map_or("", |b| b.note.as_str());
@@ -1096,7 +1102,7 @@ fn inconclusive_note(v: Option<bool>, tolerance: Option<f64>) -> String {
 /// Judge issue 8's and 14's targets from the results.
 pub fn judge_targets(r: &BenchResults) -> Vec<TargetCheck> {
     let mut out = Vec::new();
-    for w in ["mmap-churn", "futex-mutex"] {
+    for w in JUDGED_WORKLOADS {
         slowdown_checks(&mut out, r, w);
     }
     // The same loop as the command `record` traces: no lock call of it blocks, so no
@@ -1113,7 +1119,7 @@ pub fn judge_targets(r: &BenchResults) -> Vec<TargetCheck> {
     // An uncontended pthread loop in a process no tracer targets: nothing may touch it.
     // Empty programs cannot touch it either: what they cost it in the same rounds is the
     // bench's own noise.
-    let b = baseline(r, BYSTANDER, drift_window(BYSTANDER));
+    let b = baseline(r, BYSTANDER, drift_window(BYSTANDER).unwrap_or(4.0));
     let base = b.as_ref().map(|b| &b.row);
     let pairing = b.as_ref().map_or(AGAINST_UNTRACED, |b| b.pairing);
     let left_out = b.as_ref().map_or("", |b| b.note.as_str());
@@ -1136,7 +1142,11 @@ pub fn judge_targets(r: &BenchResults) -> Vec<TargetCheck> {
     // tracepoint sends every system call through the kernel's traced path: the floor
     // (empty programs on the same tracepoints) says what of the slowdown is that.
     let floor = row(r, SYSCALL_BYSTANDER, "syscall-floor");
-    let b = baseline(r, SYSCALL_BYSTANDER, drift_window(SYSCALL_BYSTANDER));
+    let b = baseline(
+        r,
+        SYSCALL_BYSTANDER,
+        drift_window(SYSCALL_BYSTANDER).unwrap_or(4.0),
+    );
     let base = b.as_ref().map(|b| &b.row);
     let pairing = b.as_ref().map_or(AGAINST_UNTRACED, |b| b.pairing);
     let left_out = b.as_ref().map_or("", |b| b.note.as_str());
@@ -1435,7 +1445,7 @@ pub fn render_markdown(r: &BenchResults) -> String {
     let _ = writeln!(
         s,
         "Written by `cargo xtask bench` from `bench-results.json` (same directory); \
-         regenerate with `cargo xtask bench` (about 20 minutes) and `cargo xtask bench \
+         regenerate with `cargo xtask bench` (20 to 30 minutes) and `cargo xtask bench \
          --soak` (10 minutes more). Every figure is measured, none is typed in.\n"
     );
     if let Some(m) = &r.machine {
@@ -1492,7 +1502,8 @@ pub fn render_markdown(r: &BenchResults) -> String {
         let _ = writeln!(
             s,
             "Rounds run again, once each, because their opening and closing untraced runs lay \
-             further apart than the workload's window (6%; 4% for the bystanders): {}. \
+             further apart than the workload's window (6% where a throughput target is \
+             judged; 4% beside the bystanders): {}. \
              Their runs are in `bench-results.json` (`rounds_run_again`), not in the \
              figures below.\n",
             again.join(", ")
@@ -2269,8 +2280,10 @@ mod tests {
     fn rounds_run_again_are_named_and_kept_apart() {
         assert!((untraced_apart(5.2, 3.1) - 50.6).abs() < 0.1);
         assert_eq!(untraced_apart(0.0, 0.0), f64::INFINITY);
-        assert_eq!(drift_window(BYSTANDER), 4.0);
-        assert_eq!(drift_window("mmap-churn"), 6.0);
+        assert_eq!(drift_window(BYSTANDER), Some(4.0));
+        assert_eq!(drift_window("mmap-churn"), Some(6.0));
+        // No throughput target on it: nothing to run again for.
+        assert_eq!(drift_window("futex-mutex --pi"), None);
         let mut r = sample();
         let runs_before = r.overhead[0].runs.len();
         r.rounds_run_again.push(RoundRunAgain {
