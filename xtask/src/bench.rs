@@ -382,64 +382,40 @@ fn full_run(ctx: &Ctx, runs: Option<usize>) -> Result<BenchResults> {
     let cpu_at_start = (proc::busy_cpu_s(), proc::own_cpu_s(), Instant::now());
     for round in 0..runs {
         for (wi, spec) in specs.iter().enumerate() {
-            let mut again = false;
-            loop {
-                let mut this_round = Vec::with_capacity(TOOLS.len());
-                for tool in TOOLS {
-                    progress.step(&format!(
-                        "round {}/{runs}{}: {} under {}",
-                        round + 1,
-                        if again { ", again" } else { "" },
-                        spec.name,
-                        tool.name()
-                    ));
-                    let mut s = run_once(ctx, tool, spec)
-                        .with_context(|| format!("bench: {} under {}", spec.name, tool.name()))?;
-                    s.round = round + 1;
-                    println!(
-                        "        {} ops/s{}",
-                        parse::fmt_si(s.throughput),
-                        s.events
-                            .map(|e| format!(
-                                ", {} events/s seen, lost {}",
-                                parse::fmt_si(e as f64 / s.window_s.max(1e-9)),
-                                s.lost.map_or("n/a".into(), |l| l.to_string())
-                            ))
-                            .unwrap_or_default()
-                    );
-                    this_round.push(s);
-                }
-                // The machine drifted during the round: its untraced runs, first and
-                // last, say so. Run it again, once; keep the first try's runs aside. Not
-                // in --quick: one round judges nothing.
-                let apart = untraced_apart(
-                    this_round[0].throughput,
-                    this_round[TOOLS.len() - 1].throughput,
+            let label = format!("round {}/{runs}", round + 1);
+            let mut this_round = run_round(ctx, spec, round + 1, &label, &mut progress)?;
+            // The untraced runs, first and last, say whether the machine drifted during
+            // the round: then it runs again, once, and the first try is kept aside.
+            let apart = untraced_apart(
+                this_round[0].throughput,
+                this_round[TOOLS.len() - 1].throughput,
+            );
+            if let Some(window) = run_again_window(&spec.name, apart, ctx.quick) {
+                println!(
+                    "        untraced runs {apart:.1}% apart (window {window:.0}%): the machine \
+                     drifted during the round; running it again"
                 );
-                let window = drift_window(&spec.name).filter(|_| !again && !ctx.quick);
-                if let Some(window) = window.filter(|&w| apart > w) {
-                    println!(
-                        "        untraced runs {apart:.1}% apart (window {window:.0}%): the \
-                         machine drifted during the round; running it again"
-                    );
-                    progress.total += TOOLS.len();
-                    rounds_run_again.push(RoundRunAgain {
-                        workload: spec.name.clone(),
-                        round: round + 1,
-                        apart_pct: apart,
-                        runs: TOOLS
-                            .iter()
-                            .map(|t| t.name().to_string())
-                            .zip(this_round)
-                            .collect(),
-                    });
-                    again = true;
-                    continue;
-                }
-                for (ti, s) in this_round.into_iter().enumerate() {
-                    samples[wi][ti].push(s);
-                }
-                break;
+                progress.total += TOOLS.len();
+                let again = run_round(
+                    ctx,
+                    spec,
+                    round + 1,
+                    &format!("{label}, again"),
+                    &mut progress,
+                )?;
+                rounds_run_again.push(RoundRunAgain {
+                    workload: spec.name.clone(),
+                    round: round + 1,
+                    apart_pct: apart,
+                    runs: TOOLS
+                        .iter()
+                        .map(|t| t.name().to_string())
+                        .zip(std::mem::replace(&mut this_round, again))
+                        .collect(),
+                });
+            }
+            for (ti, s) in this_round.into_iter().enumerate() {
+                samples[wi][ti].push(s);
             }
         }
     }
@@ -577,6 +553,43 @@ fn full_run(ctx: &Ctx, runs: Option<usize>) -> Result<BenchResults> {
         targets: Vec::new(),
         rounds_run_again,
     })
+}
+
+/// One round of `spec`: the workload under every tool of [`TOOLS`] in turn.
+fn run_round(
+    ctx: &Ctx,
+    spec: &WorkloadSpec,
+    round: usize,
+    label: &str,
+    progress: &mut Progress,
+) -> Result<Vec<RunSample>> {
+    let mut runs = Vec::with_capacity(TOOLS.len());
+    for tool in TOOLS {
+        progress.step(&format!("{label}: {} under {}", spec.name, tool.name()));
+        let mut s = run_once(ctx, tool, spec)
+            .with_context(|| format!("bench: {} under {}", spec.name, tool.name()))?;
+        s.round = round;
+        println!(
+            "        {} ops/s{}",
+            parse::fmt_si(s.throughput),
+            s.events
+                .map(|e| format!(
+                    ", {} events/s seen, lost {}",
+                    parse::fmt_si(e as f64 / s.window_s.max(1e-9)),
+                    s.lost.map_or("n/a".into(), |l| l.to_string())
+                ))
+                .unwrap_or_default()
+        );
+        runs.push(s);
+    }
+    Ok(runs)
+}
+
+/// The window a round of `workload` exceeded, when its untraced runs lay `apart` percent
+/// apart and it is to run again ([`drift_window`]); None to keep it. Not in --quick: one
+/// round judges nothing.
+fn run_again_window(workload: &str, apart: f64, quick: bool) -> Option<f64> {
+    drift_window(workload).filter(|&w| !quick && apart > w)
 }
 
 /// cyclictest's worst `Max:` over its threads (us), from its `-q` summary.
@@ -2105,7 +2118,7 @@ fn snapshot_counts(port: u16) -> (usize, usize) {
 
 #[cfg(test)]
 mod helper_tests {
-    use super::{TOOLS, Tool, cyclictest_worst, futex_lost};
+    use super::{TOOLS, Tool, cyclictest_worst, futex_lost, run_again_window};
 
     #[test]
     fn only_futex_losses_count_against_futex_calls() {
@@ -2122,6 +2135,16 @@ mod helper_tests {
         // The drift check and the judged baseline read the first and the last run.
         assert_eq!(TOOLS[0], Tool::Untraced);
         assert_eq!(TOOLS[TOOLS.len() - 1], Tool::UntracedAfter);
+    }
+
+    #[test]
+    fn a_round_runs_again_only_where_a_target_reads_it() {
+        assert_eq!(run_again_window("mmap-churn", 7.7, false), Some(6.0));
+        assert_eq!(run_again_window("mmap-churn", 5.0, false), None);
+        assert_eq!(run_again_window("pthread bystander", 5.4, false), Some(4.0));
+        // No throughput target on it, or --quick: kept as it ran.
+        assert_eq!(run_again_window("futex-mutex --pi", 30.0, false), None);
+        assert_eq!(run_again_window("mmap-churn", 50.0, true), None);
     }
 
     #[test]

@@ -581,19 +581,25 @@ pub fn untraced_apart(first: f64, last: f64) -> f64 {
     }
 }
 
-/// The workloads whose throughput is judged against untraced runs, slowed at most 3%.
+/// The workloads whose throughput is judged against untraced runs, slowed at most
+/// [`SLOWDOWN_TOLERANCE`].
 pub const JUDGED_WORKLOADS: [&str; 2] = ["mmap-churn", "futex-mutex"];
+/// `record` slows a judged workload at most this many percent.
+const SLOWDOWN_TOLERANCE: f64 = 3.0;
+/// A bystander keeps at least 100 less this many percent of its speed beside a tracer.
+const BYSTANDER_TOLERANCE: f64 = 2.0;
+/// The loop `record` traces keeps at least 100 less this many percent of its speed.
+const TRACED_TOLERANCE: f64 = 5.0;
 
 /// How far apart (percent) the untraced runs that open and close a round of `workload`
 /// may lie for its throughput targets to use the round: twice the tightest tolerance
-/// judged on it (2 points beside the bystanders, 3 on [`JUDGED_WORKLOADS`]); None for a
-/// workload without such a target. The bench runs a round again once when they lie
-/// further apart.
+/// judged on it; None for a workload without such a target. The bench runs a round again
+/// once when they lie further apart.
 pub fn drift_window(workload: &str) -> Option<f64> {
     if workload == BYSTANDER || workload == SYSCALL_BYSTANDER {
-        Some(4.0)
+        Some(2.0 * BYSTANDER_TOLERANCE)
     } else if JUDGED_WORKLOADS.contains(&workload) {
-        Some(6.0)
+        Some(2.0 * SLOWDOWN_TOLERANCE)
     } else {
         None
     }
@@ -601,21 +607,30 @@ pub fn drift_window(workload: &str) -> Option<f64> {
 
 /// A workload's untraced baseline, one run per round ([`baseline`]).
 struct Baseline {
-    row: OverheadRow,
+    /// None without untraced runs.
+    row: Option<OverheadRow>,
     /// What each round's baseline is: [`AGAINST_BOTH_UNTRACED`] or [`AGAINST_UNTRACED`].
     pairing: &'static str,
     /// The rounds left out and why, to add to a figure; empty when none were.
     note: String,
 }
 
-/// `w`'s untraced baseline per round. Where a round closes with an untraced run too
-/// ([`UNTRACED_AFTER`]), it is the mean of the two, so that a machine that drifts during
-/// the round moves the baseline with it, and a tool's place in the round (first after
-/// the untraced run, or last) does not favour it. A round whose two untraced runs lie
-/// more than `window` percent apart has no baseline to trust within that window: it is
-/// left out, and the note says so. Results from before the closing run keep the first.
-fn baseline(r: &BenchResults, w: &str, window: f64) -> Option<Baseline> {
-    let first = row(r, w, "untraced")?;
+/// `w`'s untraced baseline per round, for a target with this `tolerance`. Where a round
+/// closes with an untraced run too ([`UNTRACED_AFTER`]), it is the mean of the two, so
+/// that a machine that drifts during the round moves the baseline with it, and a tool's
+/// place in the round (first after the untraced run, or last) does not favour it. A round
+/// whose two untraced runs lie more than twice the tolerance apart has no baseline to
+/// trust within the target's window: it is left out, and the note says so. Results from
+/// before the closing run keep the first.
+fn baseline(r: &BenchResults, w: &str, tolerance: f64) -> Baseline {
+    let window = 2.0 * tolerance;
+    let Some(first) = row(r, w, "untraced") else {
+        return Baseline {
+            row: None,
+            pairing: AGAINST_UNTRACED,
+            note: String::new(),
+        };
+    };
     let last = row(r, w, UNTRACED_AFTER);
     let mut bracketed = false;
     let mut left_out = Vec::new();
@@ -631,14 +646,13 @@ fn baseline(r: &BenchResults, w: &str, window: f64) -> Option<Baseline> {
                 return Some(f.clone());
             };
             bracketed = true;
-            let mean = (f.throughput + l.throughput) / 2.0;
             let apart = untraced_apart(f.throughput, l.throughput);
             if apart > window {
                 left_out.push(format!("round {} ({apart:.1}%)", f.round));
                 return None;
             }
             Some(RunSample {
-                throughput: mean,
+                throughput: (f.throughput + l.throughput) / 2.0,
                 ..f.clone()
             })
         })
@@ -652,18 +666,18 @@ fn baseline(r: &BenchResults, w: &str, window: f64) -> Option<Baseline> {
             left_out.join(", ")
         )
     };
-    Some(Baseline {
-        row: OverheadRow {
+    Baseline {
+        row: Some(OverheadRow {
             runs,
             ..first.clone()
-        },
+        }),
         pairing: if bracketed {
             AGAINST_BOTH_UNTRACED
         } else {
             AGAINST_UNTRACED
         },
         note,
-    })
+    }
 }
 
 fn row<'a>(r: &'a BenchResults, workload: &str, tool: &str) -> Option<&'a OverheadRow> {
@@ -1009,23 +1023,21 @@ fn rounds_note(
 /// own share against empty programs on the futex syscall tracepoints. Each judged from
 /// per-round pairs ([`paired_slowdowns`]).
 fn slowdown_checks(out: &mut Vec<TargetCheck>, r: &BenchResults, w: &str) {
-    let b = baseline(r, w, drift_window(w).unwrap_or(6.0));
-    let base = b.as_ref().map(|b| &b.row);
-    let pairing = b.as_ref().map_or(AGAINST_UNTRACED, |b| b.pairing);
-    let left_out = b.as_ref().map_or("", |b| b.note.as_str());
+    let b = baseline(r, w, SLOWDOWN_TOLERANCE);
+    let base = b.row.as_ref();
     let record = row(r, w, "record");
     let floor_note = rounds_note(
         row(r, w, "syscall-floor").zip(base),
-        Wording::Slowdown(pairing),
+        Wording::Slowdown(b.pairing),
         "; empty programs on the futex syscall tracepoints: ",
         "",
     );
     out.push(paired_check(
         &format!("`record` on {w}: at most 3% slowdown vs untraced"),
         record.zip(base),
-        3.0,
-        Wording::Slowdown(pairing),
-        &format!("{floor_note}{left_out}"),
+        SLOWDOWN_TOLERANCE,
+        Wording::Slowdown(b.pairing),
+        &format!("{floor_note}{}", b.note),
     ));
 
     // record's slowdown and perf's, paired by round. A tracer that is not measurably
@@ -1058,11 +1070,12 @@ fn slowdown_checks(out: &mut Vec<TargetCheck>, r: &BenchResults, w: &str) {
         out.push(TargetCheck {
             target,
             measured: format!(
-                "record slowdown {}, perf slowdown {}; {} of {} rounds met it{left_out}{}",
-                describe_rounds(&rec, pairing),
-                describe_rounds(&perf, pairing),
+                "record slowdown {}, perf slowdown {}; {} of {} rounds met it{}{}",
+                describe_rounds(&rec, b.pairing),
+                describe_rounds(&perf, b.pairing),
                 ok.iter().filter(|&&o| o).count(),
                 ok.len(),
+                b.note,
                 inconclusive_note(v, None)
             ),
             status: status_of(v).into(),
@@ -1076,7 +1089,7 @@ fn slowdown_checks(out: &mut Vec<TargetCheck>, r: &BenchResults, w: &str) {
              tracepoints (lockscope's own share)"
         ),
         record.zip(row(r, w, "syscall-floor")),
-        3.0,
+        SLOWDOWN_TOLERANCE,
         Wording::Slowdown(AGAINST_FLOOR),
         "",
     ));
@@ -1107,25 +1120,23 @@ pub fn judge_targets(r: &BenchResults) -> Vec<TargetCheck> {
     }
     // The same loop as the command `record` traces: no lock call of it blocks, so no
     // probe may run in it either.
-    let b = baseline(r, BYSTANDER, 10.0);
+    let b = baseline(r, BYSTANDER, TRACED_TOLERANCE);
     out.push(paired_check(
         "an uncontended pthread loop in the process `record` traces (`record -- <loop>`): at \
          least 95% of its bare speed",
-        row(r, BYSTANDER, "record-command").zip(b.as_ref().map(|b| &b.row)),
-        5.0,
-        Wording::Speed(b.as_ref().map_or(AGAINST_UNTRACED, |b| b.pairing)),
-        b.as_ref().map_or("", |b| b.note.as_str()),
+        row(r, BYSTANDER, "record-command").zip(b.row.as_ref()),
+        TRACED_TOLERANCE,
+        Wording::Speed(b.pairing),
+        &b.note,
     ));
     // An uncontended pthread loop in a process no tracer targets: nothing may touch it.
     // Empty programs cannot touch it either: what they cost it in the same rounds is the
     // bench's own noise.
-    let b = baseline(r, BYSTANDER, drift_window(BYSTANDER).unwrap_or(4.0));
-    let base = b.as_ref().map(|b| &b.row);
-    let pairing = b.as_ref().map_or(AGAINST_UNTRACED, |b| b.pairing);
-    let left_out = b.as_ref().map_or("", |b| b.note.as_str());
+    let b = baseline(r, BYSTANDER, BYSTANDER_TOLERANCE);
+    let base = b.row.as_ref();
     let floor_note = rounds_note(
         row(r, BYSTANDER, "syscall-floor").zip(base),
-        Wording::Speed(pairing),
+        Wording::Speed(b.pairing),
         "; empty programs on the futex syscall tracepoints, which no lock call reaches: ",
         "",
     );
@@ -1133,26 +1144,20 @@ pub fn judge_targets(r: &BenchResults) -> Vec<TargetCheck> {
         out.push(paired_check(
             &format!("`{tool}` beside an uncontended pthread loop: at least 98% of its bare speed"),
             row(r, BYSTANDER, tool).zip(base),
-            2.0,
-            Wording::Speed(pairing),
-            &format!("{floor_note}{left_out}"),
+            BYSTANDER_TOLERANCE,
+            Wording::Speed(b.pairing),
+            &format!("{floor_note}{}", b.note),
         ));
     }
     // The same for a loop of system calls that touch no lock. Any attached syscall
     // tracepoint sends every system call through the kernel's traced path: the floor
     // (empty programs on the same tracepoints) says what of the slowdown is that.
     let floor = row(r, SYSCALL_BYSTANDER, "syscall-floor");
-    let b = baseline(
-        r,
-        SYSCALL_BYSTANDER,
-        drift_window(SYSCALL_BYSTANDER).unwrap_or(4.0),
-    );
-    let base = b.as_ref().map(|b| &b.row);
-    let pairing = b.as_ref().map_or(AGAINST_UNTRACED, |b| b.pairing);
-    let left_out = b.as_ref().map_or("", |b| b.note.as_str());
+    let b = baseline(r, SYSCALL_BYSTANDER, BYSTANDER_TOLERANCE);
+    let base = b.row.as_ref();
     let floor_note = rounds_note(
         floor.zip(base),
-        Wording::Speed(pairing),
+        Wording::Speed(b.pairing),
         "; empty programs on the same syscall tracepoints: ",
         " (the kernel's traced syscall path, paid by any tracer of futex calls)",
     );
@@ -1161,9 +1166,9 @@ pub fn judge_targets(r: &BenchResults) -> Vec<TargetCheck> {
         out.push(paired_check(
             &format!("`{tool}` beside a loop of system calls: at least 98% of its bare speed"),
             t.zip(base),
-            2.0,
-            Wording::Speed(pairing),
-            &format!("{floor_note}{left_out}"),
+            BYSTANDER_TOLERANCE,
+            Wording::Speed(b.pairing),
+            &format!("{floor_note}{}", b.note),
         ));
         // lockscope's own share: against the floor, not against bare. Results from before
         // the floor was measured have no such check.
@@ -1174,7 +1179,7 @@ pub fn judge_targets(r: &BenchResults) -> Vec<TargetCheck> {
                      empty programs on the same syscall tracepoints (lockscope's own share)"
                 ),
                 t.zip(floor),
-                2.0,
+                BYSTANDER_TOLERANCE,
                 Wording::Speed(AGAINST_FLOOR),
                 "; a loop started after the tracer's start-up: one already running when \
                  lockscope starts may pay more, see docs/development.md",
@@ -1502,10 +1507,11 @@ pub fn render_markdown(r: &BenchResults) -> String {
         let _ = writeln!(
             s,
             "Rounds run again, once each, because their opening and closing untraced runs lay \
-             further apart than the workload's window (6% where a throughput target is \
-             judged; 4% beside the bystanders): {}. \
-             Their runs are in `bench-results.json` (`rounds_run_again`), not in the \
-             figures below.\n",
+             further apart than the workload's window ({:.0}% where a throughput target is \
+             judged; {:.0}% beside the bystanders): {}. Their runs are in \
+             `bench-results.json` (`rounds_run_again`), not in the figures below.\n",
+            2.0 * SLOWDOWN_TOLERANCE,
+            2.0 * BYSTANDER_TOLERANCE,
             again.join(", ")
         );
     }
