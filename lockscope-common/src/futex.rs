@@ -203,6 +203,10 @@ pub const GLIBC_MUTEX_OWNER_OFFSET: u64 = 8;
 /// The wait's syscall site is one userspace found never to be a lock function's
 /// (`PTHREAD_SKIP`, checked at entry): it is counted, not sent for attribution.
 pub const FUTEX_CALL_SKIP_SITE: u32 = 16;
+/// Blocking mode: the sleep is accounted by another task's program (at the sleeper's
+/// switch in, `current` is the task switched out), so nothing may be named after the
+/// current task then; its names were remembered at the sleeper's first sleep.
+pub const FUTEX_CALL_FOREIGN: u32 = 32;
 
 /// A futex call in progress, per thread, from `sys_enter` to its final `sys_exit`.
 #[repr(C)]
@@ -382,6 +386,34 @@ pub fn fold_futex_counters(c: &mut [u64; FUTEX_COUNTERS_LEN as usize]) {
 /// tracepoints; compat syscalls are not traced on x86).
 pub const NR_FUTEX_X86_64: i32 = 202;
 pub const NR_FUTEX_WAKE_X86_64: i32 = 454;
+/// x86_64 numbers of futex_waitv(2) and futex_wait(2).
+pub const NR_FUTEX_WAITV_X86_64: i32 = 449;
+pub const NR_FUTEX_WAIT_X86_64: i32 = 455;
+
+/// Blocking mode (`--futex-mode blocking`): a thread is going to sleep inside system call
+/// `nr` (x86_64 numbers, from its saved registers) with arguments `a1`, `a2`, `a3` (the
+/// second to fourth). If that call is a futex wait or a PI lock, its command slot and
+/// its op (futex(2)) or flags (futex2); `None` for anything else, futex wakes included
+/// (a wake that sleeps does so on some other lock). futex_waitv's flags argument is
+/// reserved (0): its waiters carry their own.
+#[inline(always)]
+pub const fn futex_sleep_cmd(nr: i32, a1: u64, a3: u64) -> Option<(u32, u32)> {
+    match nr {
+        NR_FUTEX_X86_64 => {
+            let op = a1 as u32;
+            let cmd = futex_cmd_slot(op);
+            match futex_class(cmd) {
+                FUTEX_CLASS_WAIT | FUTEX_CLASS_LOCK_PI => Some((cmd, op)),
+                _ => None,
+            }
+        }
+        // futex_wait(uaddr, val, mask, flags, timeout, clockid)
+        NR_FUTEX_WAIT_X86_64 => Some((FUTEX2_WAIT, a3 as u32)),
+        // futex_waitv(waiters, nr_futexes, flags, timeout, clockid)
+        NR_FUTEX_WAITV_X86_64 => Some((FUTEX2_WAITV, 0)),
+        _ => None,
+    }
+}
 
 /// Is a call of command slot `cmd` one that cannot wait, so that its exit alone can
 /// account it (the arguments read again from the syscall's saved registers, which the
@@ -589,6 +621,46 @@ mod tests {
         // futex_wait, futex_waitv, futex_requeue, restart_syscall: stored at entry.
         for nr in [455, 449, 456, 219] {
             assert!(!futex_stateless(nr, FUTEX_WAKE), "{nr}");
+        }
+    }
+
+    #[test]
+    fn only_futex_waits_and_pi_locks_are_blocking_sleeps() {
+        let f = NR_FUTEX_X86_64;
+        let private = FUTEX_PRIVATE_FLAG as u64;
+        assert_eq!(
+            futex_sleep_cmd(f, FUTEX_WAIT as u64 | private, 0),
+            Some((FUTEX_WAIT, FUTEX_WAIT | FUTEX_PRIVATE_FLAG))
+        );
+        for cmd in [
+            FUTEX_WAIT_BITSET,
+            FUTEX_WAIT_REQUEUE_PI,
+            FUTEX_LOCK_PI,
+            FUTEX_LOCK_PI2,
+        ] {
+            assert_eq!(futex_sleep_cmd(f, cmd as u64, 0), Some((cmd, cmd)), "{cmd}");
+        }
+        for cmd in [
+            FUTEX_WAKE,
+            FUTEX_WAKE_OP,
+            FUTEX_CMP_REQUEUE,
+            FUTEX_UNLOCK_PI,
+            FUTEX_TRYLOCK_PI,
+        ] {
+            assert_eq!(futex_sleep_cmd(f, cmd as u64, 0), None, "{cmd}");
+        }
+        // futex2: the flags are futex_wait's fourth argument.
+        assert_eq!(
+            futex_sleep_cmd(NR_FUTEX_WAIT_X86_64, 0, 0x82),
+            Some((FUTEX2_WAIT, 0x82))
+        );
+        assert_eq!(
+            futex_sleep_cmd(NR_FUTEX_WAITV_X86_64, 3, 0),
+            Some((FUTEX2_WAITV, 0))
+        );
+        // futex_wake, futex_requeue, restart_syscall, read(2), no syscall (-1).
+        for nr in [NR_FUTEX_WAKE_X86_64, 456, 219, 0, -1] {
+            assert_eq!(futex_sleep_cmd(nr, 0, 0), None, "{nr}");
         }
     }
 

@@ -6,6 +6,7 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::{
     aggregate::rows::{GroupBy, SortKey},
+    probe::FutexMode,
     sink::report::Format,
     workload::Workload,
 };
@@ -150,6 +151,14 @@ pub struct RecordArgs {
     /// tier counts trylock failures exactly without it.
     #[arg(long)]
     pub mmap_trylocks: bool,
+    /// How user-space locks (futexes) are traced. `calls`: every futex call, exact, at
+    /// the futex syscall tracepoints; while they are attached every system call on the
+    /// machine takes the kernel's slower traced path (about 50 ns more here). `blocking`:
+    /// only the waits that sleep, at the context switch; system calls keep their fast
+    /// path, but wakes, EAGAIN returns and pthread call sites are not seen, and a wait
+    /// counts once per sleep.
+    #[arg(long, value_enum, value_name = "MODE", default_value_t = FutexMode::Calls)]
+    pub futex_mode: FutexMode,
     /// With a command: trace the whole system while it runs, not only its process tree.
     #[arg(short = 'a', long = "all-cpus")]
     pub system_wide: bool,
@@ -244,6 +253,10 @@ pub struct TopArgs {
     /// as `record --latency-threshold` does. Probable starvation episodes appear there too.
     #[arg(long, value_name = "DURATION", value_parser = parse_ns, conflicts_with = "connect")]
     pub latency_threshold: Option<u64>,
+    /// How user-space locks are traced (as for `record --futex-mode`).
+    #[arg(long, value_enum, value_name = "MODE", default_value_t = FutexMode::Calls,
+          conflicts_with = "connect")]
+    pub futex_mode: FutexMode,
 }
 
 /// A short duration in nanoseconds: `100us`, `1.5ms`, `500ns`, `1s` (a unit is required).

@@ -13,6 +13,10 @@
 //! rwsem_events = true         # lockscope_rwsem_events_total (needs kernel_locks)
 //! mmap_trylocks = false       # tracepoint tier: estimate mmap_lock trylock failures
 //! futex = true                # futex syscalls: lockscope_futex_* (user-space locks)
+//! futex_mode = "calls"        # "calls": every futex call, exact (syscall tracepoints:
+//!                             # every syscall on the machine takes the traced path);
+//!                             # "blocking": only waits that sleep (sched_switch), no
+//!                             # syscall tracepoint, no lockscope_futex_wakes_total
 //! pi_lock = true              # lockscope_starvation_episodes_total (needs kernel_locks)
 //!
 //! [target]                    # default: the whole system
@@ -124,6 +128,8 @@ pub fn paced_wait(interval: Duration, cpu: Duration, max_cpu_percent: f64) -> Du
 ///   probe on every mmap_lock acquisition, contended or not: off by default). Needs
 ///   `rwsem_events`.
 /// - `futex`: the futex syscall probes (user-space locks).
+/// - `futex_mode`: how they trace: every call (`calls`) or only the waits that sleep
+///   (`blocking`, see `FutexMode`).
 /// - `pi_lock`: export starvation episodes on raw spinlocks such as `task_struct.pi_lock`
 ///   (`pi_lock` waits themselves are kernel lock waits, named `pi_lock of comm[pid]`).
 ///   Needs `kernel_locks`.
@@ -134,6 +140,7 @@ pub struct ProbeGroups {
     pub rwsem_events: bool,
     pub mmap_trylocks: bool,
     pub futex: bool,
+    pub futex_mode: crate::probe::loader::FutexMode,
     pub pi_lock: bool,
 }
 
@@ -148,6 +155,7 @@ impl Default for ProbeGroups {
             // the same tracepoints, and reading a full map of futex words (~0.3 s of
             // CPU) is paced by `max_cpu_percent`.
             futex: true,
+            futex_mode: crate::probe::loader::FutexMode::Calls,
             pi_lock: true,
         }
     }
@@ -670,6 +678,13 @@ mod tests {
         let s = settings("[probes]\nfutex = false").unwrap();
         assert!(!s.traces_futex());
         assert_eq!(s.load_types(), LockType::ALL.to_vec());
+        use crate::probe::FutexMode;
+        assert_eq!(s.probes.futex_mode, FutexMode::Calls);
+        let s = settings("[probes]\nfutex_mode = \"blocking\"").unwrap();
+        assert_eq!(s.probes.futex_mode, FutexMode::Blocking);
+        assert!(s.traces_futex());
+        let e = err("[probes]\nfutex_mode = \"sometimes\"");
+        assert!(e.contains("line 2") && e.contains("`blocking`"), "{e}");
         let s = settings("[probes]\nkernel_locks = false\nfutex = true").unwrap();
         assert_eq!(s.load_types(), LockType::USER.to_vec());
         assert!(!s.traces_kernel_locks());

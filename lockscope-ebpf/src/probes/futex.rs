@@ -29,9 +29,9 @@ use aya_ebpf::{
     helpers::{
         bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_user,
     },
-    macros::{btf_map, map, tracepoint},
+    macros::{btf_map, btf_tracepoint, map, tracepoint},
     maps::{Array, LruHashMap, LruPerCpuHashMap, PerCpuArray},
-    programs::TracePointContext,
+    programs::{BtfTracePointContext, TracePointContext},
 };
 use lockscope_common::*;
 
@@ -605,9 +605,14 @@ fn account(call: &FutexCall, ret: i64, now: u64, unpaired: bool) {
     // The rare paths below (an entry created, a PI thread's name) are calls of their
     // own: what they leave on the stack would otherwise double the paths the verifier
     // walks through the rest of this function (tens of milliseconds at every start).
+    let foreign = call.flags & FUTEX_CALL_FOREIGN != 0;
     let stats = FUTEX_STATS.get_ptr_mut(key).or_else(|| {
-        create_stats_entry(uaddr, call.tgid);
-        FUTEX_STATS.get_ptr_mut(key)
+        if foreign {
+            new_stats_entry(key)
+        } else {
+            create_stats_entry(uaddr, call.tgid);
+            FUTEX_STATS.get_ptr_mut(key)
+        }
     });
     let Some(s) = stats else {
         fcount(FCNT_LOST_STATS_FULL);
@@ -628,9 +633,10 @@ fn account(call: &FutexCall, ret: i64, now: u64, unpaired: bool) {
     }
     s.restarts += call.restarts as u64;
     let class = futex_class(call.cmd);
-    if class == FUTEX_CLASS_LOCK_PI
-        || class == FUTEX_CLASS_UNLOCK_PI
-        || class == FUTEX_CLASS_TRYLOCK_PI
+    if !foreign
+        && (class == FUTEX_CLASS_LOCK_PI
+            || class == FUTEX_CLASS_UNLOCK_PI
+            || class == FUTEX_CLASS_TRYLOCK_PI)
     {
         remember_thread_comm();
     }
@@ -711,6 +717,159 @@ fn remember_thread_comm() {
     {
         let _ = FUTEX_COMMS.insert(tid, comm, 0);
     }
+}
+
+/// Blocking mode (`--futex-mode blocking`), instead of the syscall tracepoints: the
+/// waits that sleep, found where a thread goes to sleep. No syscall tracepoint is
+/// attached, so system calls keep the kernel's fast path (the syscall tracepoints put
+/// every system call of every process on the traced path, ~50 ns each here), and a
+/// futex call that does not sleep (an uncontended wake, an `EAGAIN`) costs nothing; the
+/// price is one program on every context switch, and only sleeps are seen.
+///
+/// A thread switched out asleep (not preempted) inside a futex wait or PI lock of a
+/// traced process (its saved registers name the syscall) stores the sleep in its
+/// `FUTEX_CALLS` slot, as the entry probe does; switched in again, the sleep is
+/// accounted as a wait that waited (`FUTEX_STATS`), from the switch out to the switch
+/// in. A call that sleeps more than once counts once per sleep.
+#[btf_tracepoint(function = "sched_switch")]
+pub fn futex_block_switch(ctx: BtfTracePointContext) -> i32 {
+    if !gate_open() {
+        return 0;
+    }
+    // sched_switch(bool preempt, prev, next, unsigned int prev_state)
+    let next: *mut aya_ebpf::bindings::task_struct = ctx.arg(2);
+    let now = block_end(next);
+    let preempt: u64 = ctx.arg(0);
+    let prev_state: u64 = ctx.arg(3);
+    if preempt & 0xff == 0 && prev_state as u32 != 0 {
+        block_start(now);
+    }
+    0
+}
+
+/// The current thread (`prev`) goes to sleep: if inside a futex wait of a traced
+/// process, store the sleep. `now`: the clock if [`block_end`] read it, else 0.
+#[cfg(bpf_target_arch = "x86_64")]
+#[inline(never)]
+fn block_start(now: u64) {
+    use aya_ebpf::{
+        bindings::pt_regs,
+        helpers::{bpf_get_current_task_btf, bpf_task_pt_regs},
+    };
+    if !current_is_target(&CONFIG.load()) {
+        return;
+    }
+    // SAFETY: helpers on the current task; the result is a BTF pointer to its saved
+    // registers, whose loads the verifier checks against the type (and makes fault-safe).
+    let regs = unsafe { bpf_task_pt_regs(bpf_get_current_task_btf()) } as *const pt_regs;
+    if regs.is_null() {
+        return;
+    }
+    // SAFETY: see above.
+    let (nr, a0, a1, a3) = unsafe {
+        (
+            (*regs).orig_rax as i32,
+            (*regs).rdi,
+            (*regs).rsi,
+            (*regs).r10,
+        )
+    };
+    let Some((cmd, op)) = futex_sleep_cmd(nr, a1, a3) else {
+        return;
+    };
+    let (uaddr, waiters, nwaiters, wflags) = if cmd == FUTEX2_WAITV {
+        let (u, f) = waitv_entry(a0, 0);
+        (u, a0, a1 as u32, f)
+    } else {
+        (a0, 0, 0, op)
+    };
+    let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
+    let class = futex_class(cmd);
+    let Some(slot) = FUTEX_CALLS.current(true) else {
+        fcount(FCNT_LOST_CALL_FULL);
+        return;
+    };
+    // SAFETY: the current task's own storage; its switch in (the only other writer)
+    // cannot run while it is switching out.
+    let slot = unsafe { &mut *slot };
+    // Names, while the sleeper is the current task (its switch in runs as another): its
+    // process's at its first sleep (its storage is new), its own (a PI owner's) at its
+    // first PI sleep since another kind.
+    let first = slot.tgid != tgid;
+    if first {
+        remember_comm(tgid);
+    }
+    if class == FUTEX_CLASS_LOCK_PI && (first || futex_class(slot.cmd) != FUTEX_CLASS_LOCK_PI) {
+        remember_thread_comm();
+    }
+    let mut flags = FUTEX_CALL_FOREIGN
+        | if wflags & FUTEX_PRIVATE_FLAG == 0 {
+            FUTEX_CALL_SHARED
+        } else {
+            0
+        };
+    let mut pi_word = 0;
+    if class == FUTEX_CLASS_LOCK_PI {
+        // SAFETY: a checked read: a bad address gives an error, never a fault.
+        match unsafe { bpf_probe_read_user(uaddr as *const u32) } {
+            Ok(w) => {
+                pi_word = w;
+                flags |= FUTEX_CALL_PI_WORD;
+            }
+            Err(_) => flags |= FUTEX_CALL_PI_UNREADABLE,
+        }
+    }
+    if slot.ts_ns != 0 {
+        // A sleep whose switch in came while the gate was closed: never timed.
+        fcount(FCNT_UNPAIRED_ENTER);
+    } else {
+        fcount(FCNT_CALLS_CREATED);
+    }
+    fcount(FCNT_ENTER);
+    *slot = FutexCall {
+        ts_ns: if now != 0 {
+            now
+        } else {
+            // SAFETY: a BPF helper without pointer arguments.
+            unsafe { bpf_ktime_get_ns() }
+        },
+        uaddr,
+        waiters,
+        tgid,
+        cmd,
+        op,
+        nr: nwaiters,
+        state: FUTEX_CALL_ACTIVE,
+        flags,
+        pi_word,
+        restarts: 0,
+    };
+}
+
+#[cfg(not(bpf_target_arch = "x86_64"))]
+#[inline(always)]
+fn block_start(_now: u64) {}
+
+/// `next` runs again: if it slept in a futex wait, account the sleep. The clock read
+/// (one switch, one time: the switch out of `prev` shares it), or 0.
+#[inline(always)]
+fn block_end(next: *mut aya_ebpf::bindings::task_struct) -> u64 {
+    let Some(c) = FUTEX_CALLS.of_task(next) else {
+        return 0;
+    };
+    // SAFETY: `next`'s storage: written only by its own switch out, which cannot run
+    // while it is being switched in.
+    let c = unsafe { &mut *c };
+    if c.ts_ns == 0 {
+        return 0;
+    }
+    let call = *c;
+    c.ts_ns = 0;
+    fcount(FCNT_EXIT);
+    // SAFETY: a BPF helper without pointer arguments.
+    let now = unsafe { bpf_ktime_get_ns() };
+    account(&call, 0, now, false);
+    now
 }
 
 /// Calls in flight: one `FutexCall` record per thread inside a futex call, written to

@@ -35,6 +35,8 @@ pub struct FutexSnapshot {
     pub hot_only: usize,
     /// `FUTEX_HOT` as read (already added to `stats`).
     pub hot: HotSlots,
+    /// Blocking mode: only the waits that slept were seen (`--futex-mode blocking`).
+    pub blocking: bool,
 }
 
 /// `FUTEX_HOT` as read: per slot, its value on each CPU.
@@ -246,6 +248,10 @@ pub struct FutexEvents {
     /// pthread attribution (blocked waits unwound): libraries seen, notes, counts.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pthread: Option<PthreadEvents>,
+    /// `--futex-mode blocking`: only the waits that slept were seen, once per sleep
+    /// (`enter`/`exit` count sleeps); absent: every futex call was.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub blocking: bool,
 }
 
 impl FutexInfo {
@@ -303,6 +309,7 @@ impl FutexEvents {
             type_filtered,
             pthread: (s.pthread.active || !s.pthread.notes.is_empty())
                 .then(|| PthreadEvents::from_snapshot(&s.pthread)),
+            blocking: s.blocking,
         }
     }
 }

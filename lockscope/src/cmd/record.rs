@@ -45,6 +45,7 @@ pub fn run(args: RecordArgs) -> anyhow::Result<ExitCode> {
     let opts = LoadOptions {
         stack_walks_per_cpu_s: args.stack_rate,
         mmap_trylocks: args.mmap_trylocks,
+        futex_mode: args.futex_mode,
         ..LoadOptions::new(target, types)
     };
     let mut session = Session::start_with_rt(&opts, target_desc, rt)?;

@@ -133,6 +133,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
                 && settings.probes.rwsem_events
                 && settings.probes.mmap_trylocks,
             pthread_ring_bytes: SERVE_PTHREAD_RING_BYTES,
+            futex_mode: settings.probes.futex_mode,
             ..LoadOptions::new(settings.target.clone(), Some(settings.load_types()))
         },
         describe_target(&settings.target),
@@ -163,6 +164,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
             top_locks: settings.top_locks,
             bucket_bounds: settings.bucket_bounds.clone(),
             futex: session.families().futex.enabled,
+            futex_wakes: session.families().futex.mode == crate::probe::FutexMode::Calls,
             rwsem_events: kernel && settings.probes.rwsem_events,
             starvation: kernel && settings.probes.pi_lock,
         },
@@ -652,7 +654,14 @@ fn describe(s: &ServeSettings) -> String {
             "mmap_trylocks",
             p.kernel_locks && p.rwsem_events && p.mmap_trylocks,
         ),
-        ("futex", s.traces_futex()),
+        (
+            "futex",
+            s.traces_futex() && p.futex_mode == crate::probe::FutexMode::Calls,
+        ),
+        (
+            "futex (blocking waits)",
+            s.traces_futex() && p.futex_mode == crate::probe::FutexMode::Blocking,
+        ),
         ("pi_lock", p.kernel_locks && p.pi_lock),
     ]
     .into_iter()

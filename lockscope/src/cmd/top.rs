@@ -33,7 +33,14 @@ pub fn run(args: TopArgs) -> anyhow::Result<std::process::ExitCode> {
                 starvation_threshold_ns: 20_000,
                 starvation_acquisitions: 8,
             });
-            let mut session = Session::start_with_rt(&LoadOptions::new(target, types), desc, rt)?;
+            let mut session = Session::start_with_rt(
+                &LoadOptions {
+                    futex_mode: args.futex_mode,
+                    ..LoadOptions::new(target, types)
+                },
+                desc,
+                rt,
+            )?;
             // A live view runs for hours: keep its memory and maps flat like serve's, and
             // no exited process's lock names for the next one at its address.
             session.set_detail(Detail::DAEMON);

@@ -14,8 +14,8 @@ use crate::{
     decode::LockType,
     probe::{
         Target, features,
-        groups::{self, FUTEX},
-        loader::{HookKind, error_chain, try_load},
+        groups::{self, FUTEX, FUTEX_BLOCKING},
+        loader::{FutexMode, HookKind, error_chain, try_load},
         pthread::{PthreadProbes, pthread_config},
     },
     source::futex::{FUTEX_TASK_ITER, read_futex},
@@ -91,6 +91,8 @@ pub struct Futex {
     gated: bool,
     /// What forgotten processes left in `FUTEX_HOT` slots.
     hot_forgotten: std::cell::RefCell<HotForgotten>,
+    /// Every call, or only the waits that sleep (`LoadOptions::futex_mode`).
+    pub mode: FutexMode,
 }
 
 impl Futex {
@@ -106,7 +108,9 @@ impl Futex {
     /// listed in `missing`).
     fn attach_probes(&mut self, cx: &mut Attach<'_>) -> anyhow::Result<()> {
         let tracefs = features::tracefs_path();
-        if let Some(tp) = missing_futex_pair(&tracefs) {
+        if self.mode == FutexMode::Calls
+            && let Some(tp) = missing_futex_pair(&tracefs)
+        {
             cx.notes.push(format!(
                 "user-space locks (futexes) are not traced: this kernel has no \
                  syscalls:{tp} tracepoint (needs CONFIG_FTRACE_SYSCALLS); kernel locks are \
@@ -126,12 +130,34 @@ impl Futex {
             ));
             return Ok(());
         }
-        for (prog, tp) in attached_programs() {
-            if !features::tracepoint_exists(&tracefs, "syscalls", tp) {
-                self.missing.push(tp.to_owned());
-                continue;
+        if self.mode == FutexMode::Blocking {
+            if !cfg!(target_arch = "x86_64") {
+                cx.notes.push(
+                    "user-space locks (futexes) are not traced: --futex-mode blocking reads \
+                     the syscall from the saved registers, which lockscope knows on x86_64 \
+                     only; kernel locks are recorded"
+                        .to_owned(),
+                );
+                return Ok(());
             }
-            cx.links.attach_tracefs(cx.ebpf, prog, "syscalls", tp)?;
+            if !cx.links.attach_group(
+                cx.ebpf,
+                &FUTEX_BLOCKING,
+                FUTEX_BLOCKING.hooks,
+                cx.btf,
+                cx.notes,
+            )? {
+                return Ok(());
+            }
+            cx.notes.push(BLOCKING_NOTE.to_owned());
+        } else {
+            for (prog, tp) in attached_programs() {
+                if !features::tracepoint_exists(&tracefs, "syscalls", tp) {
+                    self.missing.push(tp.to_owned());
+                    continue;
+                }
+                cx.links.attach_tracefs(cx.ebpf, prog, "syscalls", tp)?;
+            }
         }
         set_gate(cx.ebpf, true)?;
         self.enabled = true;
@@ -153,6 +179,7 @@ impl Family for Futex {
             .map(|ts| ts.iter().copied().filter(|t| t.is_user()).collect());
         self.cpus = aya::util::nr_cpus().map(|n| n as u32).unwrap_or(1);
         self.ring_bytes = cx.opts.pthread_ring_bytes;
+        self.mode = cx.opts.futex_mode;
         Ok(())
     }
 
@@ -160,7 +187,11 @@ impl Family for Futex {
         out.map_sizes
             .push(("FUTEX_STATS", futex_stats_entries(self.cpus)));
         out.map_sizes.push(("PTHREAD_EVENTS", self.ring_bytes));
-        out.set("PTHREAD_CONFIG", &pthread_config(self.wanted));
+        // pthread attribution unwinds at the futex exit, which blocking mode does not see.
+        out.set(
+            "PTHREAD_CONFIG",
+            &pthread_config(self.wanted && self.mode == FutexMode::Calls),
+        );
         out.set("FUTEX_RESTART_NR", &(libc::SYS_restart_syscall as i32));
     }
 
@@ -169,6 +200,12 @@ impl Family for Futex {
             return;
         }
         use crate::probe::loader::Preload;
+        if self.mode == FutexMode::Blocking {
+            if cfg!(target_arch = "x86_64") {
+                Preload::group(&FUTEX_BLOCKING, out);
+            }
+            return;
+        }
         // Only what `attach_probes` will attach: without the futex(2) pair nothing, else
         // the programs whose tracepoints this kernel has (a program left loaded for
         // nothing would stay so for the whole session).
@@ -204,7 +241,9 @@ impl Family for Futex {
             Target::Pids(p) => p.clone(),
             _ => Vec::new(),
         };
-        self.pthread = PthreadProbes::start(cx.ebpf, &pids);
+        if self.mode == FutexMode::Calls {
+            self.pthread = PthreadProbes::start(cx.ebpf, &pids);
+        }
         self.attach_probes(cx)?;
         if !self.enabled {
             self.pthread.detach();
@@ -222,6 +261,7 @@ impl Family for Futex {
             )?;
         }
         cx.raw.futex.types = self.types.clone();
+        cx.raw.futex.blocking = self.mode == FutexMode::Blocking;
         let p = &mut cx.raw.futex.pthread;
         self.pthread.fill(p);
         let keys: Vec<(u32, u64)> = p.sites.iter().map(|s| (s.key.tgid, s.key.site)).collect();
@@ -250,6 +290,12 @@ impl Family for Futex {
         futex_rows(cx.tracefs, cx.can_load);
     }
 }
+
+/// Said at the start of a run in blocking mode, and kept in the recording.
+pub const BLOCKING_NOTE: &str = "futex: blocking mode: user-space locks are the futex waits \
+     that slept, counted once per sleep and timed from the switch out to the switch in; \
+     wakes, EAGAIN returns, calls that did not block and pthread call sites are not seen \
+     (--futex-mode calls counts every call exactly)";
 
 /// Open or close the futex probes' gate.
 fn set_gate(ebpf: &mut Ebpf, on: bool) -> anyhow::Result<()> {
@@ -292,7 +338,33 @@ fn futex_rows(tracefs: Option<&Path>, can_load: bool) {
         };
         println!("{tp:<26} {:<11} {word:<10} {detail}", "tracepoint");
     }
+    blocking_row(can_load);
     pthread_row(can_load);
+}
+
+/// `--futex-mode blocking`: the futex waits that sleep, at the context switch.
+fn blocking_row(can_load: bool) {
+    let (prog, tp) = FUTEX_BLOCKING.hooks[0];
+    let status = if groups::switched_off(FUTEX) {
+        Err(groups::SWITCHED_OFF.to_owned())
+    } else if !cfg!(target_arch = "x86_64") {
+        Err("x86_64 only (the syscall is read from the saved registers)".to_owned())
+    } else if !can_load {
+        Err("not tried: needs BTF and privileges".to_owned())
+    } else {
+        try_load(prog, HookKind::TpBtf, tp)
+    };
+    let (word, detail) = match status {
+        Ok(()) => (
+            "available",
+            "--futex-mode blocking: futex waits that sleep, no syscall tracepoint".to_owned(),
+        ),
+        Err(e) => ("missing", format!("--futex-mode blocking: {e}")),
+    };
+    println!(
+        "{:<26} {:<11} {word:<10} {detail}",
+        "futex waits that sleep", "tp_btf"
+    );
 }
 
 /// pthread attribution: waits unwound through the system C library's `.eh_frame`.

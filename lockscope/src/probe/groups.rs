@@ -101,6 +101,18 @@ pub const MMAP_LOCK_ESTIMATE: Group = Group {
     hooks: &[],
 };
 
+/// The futex family in blocking mode (`--futex-mode blocking`): waits that sleep, found
+/// at the context switch instead of at the futex syscalls. Named like the family, so that
+/// the same switch turns it off; not in [`TP_GROUPS`] (the family attaches it).
+pub const FUTEX_BLOCKING: Group = Group {
+    name: FUTEX,
+    gives: "user-space lock waits that sleep, at the context switch (sched_switch; \
+            --futex-mode blocking)",
+    without: "user-space locks are not traced; kernel locks are recorded",
+    required: false,
+    hooks: &[("futex_block_switch", "sched_switch")],
+};
+
 /// Names of the groups that pick their own hooks.
 pub const FUTEX: &str = "futex";
 pub const RWSEM_DEEP: &str = "rwsem-deep";
@@ -110,7 +122,8 @@ pub const SPIN_DEEP: &str = "spin-deep";
 pub const OTHER_GROUPS: [(&str, &str); 4] = [
     (
         FUTEX,
-        "user-space locks: futex(2) and futex2 syscalls (syscalls tracepoints)",
+        "user-space locks: futex(2) and futex2 syscalls (syscalls tracepoints), or with \
+         --futex-mode blocking the waits that sleep (sched_switch)",
     ),
     (
         RWSEM_DEEP,

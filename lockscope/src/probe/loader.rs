@@ -150,6 +150,22 @@ pub struct LoadOptions {
     /// of two, a multiple of the page size). Mapped twice into lockscope (for records
     /// that wrap), so its RSS counts it twice.
     pub pthread_ring_bytes: u32,
+    /// How user-space locks are found: every futex call, or only the waits that sleep.
+    pub futex_mode: FutexMode,
+}
+
+/// How the futex family finds user-space lock waits.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum FutexMode {
+    /// Every futex call, exact (the futex syscall tracepoints). While they are attached
+    /// every system call of every process takes the kernel's traced path (tens of ns).
+    #[default]
+    Calls,
+    /// Only the waits that sleep, found at the context switch (`sched_switch`): no
+    /// syscall tracepoint, nothing on a futex call that does not block; wakes, EAGAIN and
+    /// pthread call sites are not seen, and a wait counts once per sleep.
+    Blocking,
 }
 
 impl LoadOptions {
@@ -161,6 +177,7 @@ impl LoadOptions {
             stack_walks_per_cpu_s: STACK_WALKS_PER_CPU_S,
             mmap_trylocks: false,
             pthread_ring_bytes: lockscope_common::PTHREAD_EVENTS_BYTES,
+            futex_mode: FutexMode::Calls,
         }
     }
 }

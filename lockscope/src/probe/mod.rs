@@ -11,4 +11,4 @@ pub mod rt;
 pub mod rwsem;
 pub mod spin;
 
-pub use loader::{LoadOptions, Probes, Target};
+pub use loader::{FutexMode, LoadOptions, Probes, Target};

@@ -95,6 +95,9 @@ pub struct MetricsOptions {
     pub bucket_bounds: Vec<usize>,
     /// Export the `lockscope_futex_*` families (the futex probes run).
     pub futex: bool,
+    /// Export `lockscope_futex_wakes_total` (the futex probes see wakes: not in
+    /// `--futex-mode blocking`, where it would read 0).
+    pub futex_wakes: bool,
     /// Export `lockscope_rwsem_events_total`.
     pub rwsem_events: bool,
     /// Export `lockscope_starvation_episodes_total`.
@@ -108,6 +111,7 @@ impl MetricsOptions {
             top_locks,
             bucket_bounds,
             futex: true,
+            futex_wakes: true,
             rwsem_events: true,
             starvation: true,
         }
@@ -455,15 +459,17 @@ pub fn families(
                 })
                 .collect(),
         ));
-        out.push(family(
-            FUTEX_WAKES,
-            "Futex wake calls (FUTEX_WAKE, FUTEX_WAKE_BITSET, FUTEX_WAKE_OP, futex_wake) \
-             since lockscope started, by futex word and process.",
-            futex
-                .iter()
-                .map(|s| counter(&futex_labels(s, tier), s.figures.wakes as f64))
-                .collect(),
-        ));
+        if opts.futex_wakes {
+            out.push(family(
+                FUTEX_WAKES,
+                "Futex wake calls (FUTEX_WAKE, FUTEX_WAKE_BITSET, FUTEX_WAKE_OP, futex_wake) \
+                 since lockscope started, by futex word and process.",
+                futex
+                    .iter()
+                    .map(|s| counter(&futex_labels(s, tier), s.figures.wakes as f64))
+                    .collect(),
+            ));
+        }
     }
     if opts.rwsem_events
         && let Some(r) = &rec.rwsem_events
@@ -1069,8 +1075,12 @@ mod tests {
             !t.contains("lockscope_lock_contentions_total{type=\"futex\""),
             "{t}"
         );
-        // The group off: no futex families at all.
+        // Blocking mode sees no wakes: no wakes family, the waits still there.
         let mut o = opts(20);
+        o.futex_wakes = false;
+        let t = full_text(&rec, &o);
+        assert!(!t.contains("lockscope_futex_wakes_total") && t.contains(FUTEX_WAITS));
+        // The group off: no futex families at all.
         o.futex = false;
         assert!(!full_text(&rec, &o).contains("lockscope_futex_"));
     }

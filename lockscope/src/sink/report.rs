@@ -198,6 +198,15 @@ fn table(rec: &Recording, rows: &[Row], shown: usize, by: GroupBy) -> String {
         "events: {} begin, {} end, {} in progress at end, {} unpaired end, {} unpaired begin, {} filtered by type",
         e.begin, e.end, e.in_progress_at_end, e.unpaired_end, e.unpaired_begin, e.type_filtered
     );
+    if let Some(f) = rec.futex_events.as_ref().filter(|f| f.blocking) {
+        let _ = writeln!(
+            out,
+            "futex: blocking mode: {} sleeps in futex waits and PI locks; user-space lock rows \
+             count sleeps, timed from the switch out to the switch in (wakes, EAGAIN returns \
+             and calls that did not block are not seen; --futex-mode calls counts every call)",
+            f.exit
+        );
+    }
     if e.stack_not_sampled > 0 {
         let _ = writeln!(
             out,
@@ -299,6 +308,24 @@ mod tests {
         assert!(t.contains("tier: tracepoint"));
         assert!(
             t.contains("lost: 4 (") && t.contains("unknown_flags=4"),
+            "{t}"
+        );
+    }
+
+    #[test]
+    fn blocking_futex_mode_is_said_under_the_table() {
+        let mut rec = sample_recording();
+        let plain = render(&rec, &ReportOptions::default()).unwrap();
+        assert!(!plain.contains("blocking mode"));
+        rec.futex_events = Some(crate::aggregate::futex::FutexEvents {
+            enter: 9,
+            exit: 7,
+            blocking: true,
+            ..Default::default()
+        });
+        let t = render(&rec, &ReportOptions::default()).unwrap();
+        assert!(
+            t.contains("futex: blocking mode: 7 sleeps in futex waits"),
             "{t}"
         );
     }
