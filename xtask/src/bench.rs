@@ -39,10 +39,11 @@ pub struct BenchOptions {
 /// own share (`record` against them, per round) compares runs a few seconds apart. An
 /// untraced run opens and closes the round: each traced run is set against their mean,
 /// and a round whose machine drifted between them is seen.
-const TOOLS: [Tool; 8] = [
+const TOOLS: [Tool; 9] = [
     Tool::Untraced,
     Tool::Record,
     Tool::SyscallFloor,
+    Tool::RecordBlocking,
     Tool::RecordCommand,
     Tool::Serve,
     Tool::Perf,
@@ -64,6 +65,8 @@ enum Tool {
     SyscallFloor,
     /// `lockscope record -- <the workload>`: the workload is the traced process.
     RecordCommand,
+    /// `lockscope record -a --futex-mode blocking`: no syscall tracepoint.
+    RecordBlocking,
 }
 
 impl Tool {
@@ -77,6 +80,7 @@ impl Tool {
             Tool::Bpftrace => "bpftrace",
             Tool::SyscallFloor => "syscall-floor",
             Tool::RecordCommand => "record-command",
+            Tool::RecordBlocking => "record-blocking",
         }
     }
 }
@@ -1269,13 +1273,17 @@ fn run_once(ctx: &Ctx, tool: Tool, spec: &WorkloadSpec) -> Result<RunSample> {
     let mut tracer = match tool {
         Tool::Untraced | Tool::UntracedAfter => None,
         Tool::RecordCommand => return record_command(ctx, spec),
-        Tool::Record => {
+        Tool::Record | Tool::RecordBlocking => {
             let mut c = ctx.lockscope();
-            c.args(["record", "-a", "-n", "1", "-o"])
-                .arg(dir.join("record.json"))
+            c.arg("record");
+            if tool == Tool::RecordBlocking {
+                c.args(["--futex-mode", "blocking"]);
+            }
+            c.args(["-a", "-n", "1", "-o"])
+                .arg(dir.join(format!("{}.json", tool.name())))
                 .arg("--")
                 .arg(&ctx.cat);
-            Some(Proc::spawn(c, dir, "record", true)?)
+            Some(Proc::spawn(c, dir, tool.name(), true)?)
         }
         Tool::Serve => None, // below: it needs a port
         Tool::Perf => {
@@ -1360,7 +1368,10 @@ fn run_once(ctx: &Ctx, tool: Tool, spec: &WorkloadSpec) -> Result<RunSample> {
     sample.cpu_s = Some(u.cpu_s);
     sample.maxrss_kib = Some(u.maxrss_kib);
     match tool {
-        Tool::Record => add_recording(&mut sample, &read_json(&dir.join("record.json"))?),
+        Tool::Record | Tool::RecordBlocking => add_recording(
+            &mut sample,
+            &read_json(&dir.join(format!("{}.json", tool.name())))?,
+        ),
         Tool::Perf => {
             let data = dir.join("perf.data");
             let text = crate::util::output(
@@ -1518,6 +1529,7 @@ const BPFTRACE_FUTEX_FLOOR: &str =
 fn side_by_side(
     ctx: &Ctx,
     name: &str,
+    record_args: &[&str],
     peers: &[(&str, &str)],
     workload: &[String],
     peers_first: bool,
@@ -1527,7 +1539,9 @@ fn side_by_side(
     let file = dir.join(format!("{name}.json"));
     let spawn_record = || -> Result<(&str, Proc)> {
         let mut c = ctx.lockscope();
-        c.args(["record", "-a", "-n", "1", "-o"])
+        c.arg("record")
+            .args(record_args)
+            .args(["-a", "-n", "1", "-o"])
             .arg(&file)
             .arg("--")
             .arg(&ctx.cat);
@@ -1619,11 +1633,12 @@ fn side_by_side(
 fn side_by_side_fair(
     ctx: &Ctx,
     name: &str,
+    record_args: &[&str],
     peers: &[(&str, &str)],
     workload: &[String],
 ) -> Result<(Vec<ProgCost>, f64, [Vec<ProgCost>; 2])> {
-    let (a, cpu_a) = side_by_side(ctx, name, peers, workload, false)?;
-    let (b, cpu_b) = side_by_side(ctx, name, peers, workload, true)?;
+    let (a, cpu_a) = side_by_side(ctx, name, record_args, peers, workload, false)?;
+    let (b, cpu_b) = side_by_side(ctx, name, record_args, peers, workload, true)?;
     Ok((merge_prog_costs(&[&a, &b]), cpu_a + cpu_b, [a, b]))
 }
 
@@ -1652,6 +1667,7 @@ fn cost_per_event(ctx: &Ctx) -> Result<Cost> {
     let (programs, cpu_s, by_order) = side_by_side_fair(
         ctx,
         "cost",
+        &[],
         &[("floor", BPFTRACE_FLOOR), ("peer", BPFTRACE_PEER)],
         &churn,
     )?;
@@ -1689,6 +1705,7 @@ fn cost_per_event(ctx: &Ctx) -> Result<Cost> {
         "cost-futex-wake",
         &workload(&["syscall-loop", "--futex-wake"]),
     )?;
+    let futex_blocking = blocking_cost(ctx, &workload(&["futex-mutex", "--pi"]))?;
     let ratio_to_peer = pair_ratio(&programs);
     Ok(Cost {
         workload: churn.join(" "),
@@ -1706,14 +1723,48 @@ fn cost_per_event(ctx: &Ctx) -> Result<Cost> {
         user_cpu_ns_per_event: (events > 0).then(|| cpu_s * 1e9 / events as f64),
         futex: Some(futex),
         futex_nonblocking: Some(futex_nonblocking),
+        futex_blocking: Some(futex_blocking),
     })
 }
+
+/// An empty program on `sched:sched_switch`: the floor of blocking mode's cost.
+const BPFTRACE_SWITCH_FLOOR: &str = "tracepoint:sched:sched_switch { }";
+
+/// `record --futex-mode blocking`'s context-switch program beside an empty one on the
+/// same event, over two runs of `workload` (one in each attach order).
+fn blocking_cost(ctx: &Ctx, workload: &[String]) -> Result<SwitchCost> {
+    let (programs, _, by_order) = side_by_side_fair(
+        ctx,
+        "cost-futex-blocking",
+        &["--futex-mode", "blocking"],
+        &[("floor", BPFTRACE_SWITCH_FLOOR)],
+        workload,
+    )?;
+    let of = |programs: Vec<ProgCost>| SwitchCost {
+        workload: workload.join(" "),
+        switches: programs
+            .iter()
+            .find(|p| p.owner == "lockscope" && p.name.starts_with(BLOCKING_PROGRAM))
+            .map_or(0, |p| p.run_cnt),
+        ns: ns_of(&programs, "lockscope", BLOCKING_PROGRAM),
+        floor_ns: ns_of(&programs, "floor", "sched_switch"),
+        ratio_by_order: Vec::new(),
+        programs,
+    };
+    Ok(SwitchCost {
+        ratio_by_order: by_order.map(|p| of(p).ratio()).to_vec(),
+        ..of(programs)
+    })
+}
+
+/// `futex_block_switch` as the kernel shortens it (15 characters).
+const BLOCKING_PROGRAM: &str = "futex_block_swi";
 
 /// lockscope's futex probes beside empty programs on the same tracepoints, over two runs
 /// of `workload` (one in each attach order, summed; each order's ratio kept too).
 fn futex_cost(ctx: &Ctx, name: &str, workload: &[String]) -> Result<FutexCost> {
     let (programs, _, by_order) =
-        side_by_side_fair(ctx, name, &[("floor", BPFTRACE_FUTEX_FLOOR)], workload)?;
+        side_by_side_fair(ctx, name, &[], &[("floor", BPFTRACE_FUTEX_FLOOR)], workload)?;
     let ratio_by_order = by_order
         .iter()
         .map(|p| futex_cost_of(workload, p.clone()).ratio())

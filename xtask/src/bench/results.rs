@@ -441,6 +441,32 @@ pub struct Cost {
     /// what the target is about.
     #[serde(default)]
     pub futex_nonblocking: Option<FutexCost>,
+    /// `--futex-mode blocking`: its program on every context switch.
+    #[serde(default)]
+    pub futex_blocking: Option<SwitchCost>,
+}
+
+/// `record --futex-mode blocking`'s `sched_switch` program beside an empty program on
+/// the same event.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct SwitchCost {
+    pub workload: String,
+    /// Context switches lockscope's program saw in the window.
+    pub switches: u64,
+    pub ns: Option<f64>,
+    pub floor_ns: Option<f64>,
+    /// [`SwitchCost::ratio`] from each attach order alone.
+    #[serde(default)]
+    pub ratio_by_order: Vec<Option<f64>>,
+    pub programs: Vec<ProgCost>,
+}
+
+impl SwitchCost {
+    /// ns / empty ns.
+    pub fn ratio(&self) -> Option<f64> {
+        let (ours, floor) = self.ns.zip(self.floor_ns)?;
+        (floor > 0.0).then(|| ours / floor)
+    }
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -1082,6 +1108,18 @@ fn slowdown_checks(out: &mut Vec<TargetCheck>, r: &BenchResults, w: &str) {
         });
     }
 
+    // The opt-in mode without syscall tracepoints, against the same target.
+    out.push(paired_check(
+        &format!(
+            "`record --futex-mode blocking` on {w}: at most 3% slowdown vs untraced (opt-in: \
+             user-space locks from the waits that sleep, no syscall tracepoint)"
+        ),
+        row(r, w, "record-blocking").zip(base),
+        SLOWDOWN_TOLERANCE,
+        Wording::Slowdown(b.pairing),
+        &b.note,
+    ));
+
     // lockscope's own share: record against the empty programs of the same round.
     out.push(paired_check(
         &format!(
@@ -1140,9 +1178,12 @@ pub fn judge_targets(r: &BenchResults) -> Vec<TargetCheck> {
         "; empty programs on the futex syscall tracepoints, which no lock call reaches: ",
         "",
     );
-    for tool in ["record", "serve"] {
+    for tool in ["record", "serve", "record-blocking"] {
+        let shown = tool_cmd(tool);
         out.push(paired_check(
-            &format!("`{tool}` beside an uncontended pthread loop: at least 98% of its bare speed"),
+            &format!(
+                "`{shown}` beside an uncontended pthread loop: at least 98% of its bare speed"
+            ),
             row(r, BYSTANDER, tool).zip(base),
             BYSTANDER_TOLERANCE,
             Wording::Speed(b.pairing),
@@ -1161,18 +1202,20 @@ pub fn judge_targets(r: &BenchResults) -> Vec<TargetCheck> {
         "; empty programs on the same syscall tracepoints: ",
         " (the kernel's traced syscall path, paid by any tracer of futex calls)",
     );
-    for tool in ["record", "serve"] {
+    for tool in ["record", "serve", "record-blocking"] {
         let t = row(r, SYSCALL_BYSTANDER, tool);
+        let shown = tool_cmd(tool);
         out.push(paired_check(
-            &format!("`{tool}` beside a loop of system calls: at least 98% of its bare speed"),
+            &format!("`{shown}` beside a loop of system calls: at least 98% of its bare speed"),
             t.zip(base),
             BYSTANDER_TOLERANCE,
             Wording::Speed(b.pairing),
             &format!("{floor_note}{}", b.note),
         ));
         // lockscope's own share: against the floor, not against bare. Results from before
-        // the floor was measured have no such check.
-        if floor.is_some() {
+        // the floor was measured have no such check. Blocking mode has no syscall
+        // tracepoint: the floor is not its own.
+        if floor.is_some() && tool != "record-blocking" {
             out.push(paired_check(
                 &format!(
                     "`{tool}` beside a loop of system calls: at least 98% of its speed beside \
@@ -1329,6 +1372,28 @@ pub fn judge_targets(r: &BenchResults) -> Vec<TargetCheck> {
         }
         .to_string(),
     });
+    let blocking = cost.and_then(|c| c.futex_blocking.as_ref());
+    out.push(TargetCheck {
+        target: "`--futex-mode blocking`: its program on every context switch (sched_switch), \
+                 against an empty one on the same event (no futex call reaches a probe)"
+            .to_string(),
+        measured: match blocking.and_then(|b| b.ratio().map(|x| (b, x))) {
+            Some((b, x)) => format!(
+                "lockscope {} ns, empty {} ns per switch over {} switches: {x:.2}x{}",
+                opt(b.ns, 0),
+                opt(b.floor_ns, 0),
+                b.switches,
+                by_order(&b.ratio_by_order, "the empty program"),
+            ),
+            None => "n/a".into(),
+        },
+        status: if blocking.and_then(SwitchCost::ratio).is_some() {
+            "for reference"
+        } else {
+            "not measured"
+        }
+        .to_string(),
+    });
     let d = r
         .daemon
         .iter()
@@ -1434,7 +1499,19 @@ const TOOL_LABELS: &[(&str, &str)] = &[
         "syscall-floor",
         "`bpftrace`, empty programs on the futex syscall tracepoints",
     ),
+    (
+        "record-blocking",
+        "`lockscope record --futex-mode blocking` (no syscall tracepoint)",
+    ),
 ];
+
+/// The command line a tool of the rotation stands for, as targets name it.
+fn tool_cmd(tool: &str) -> &str {
+    match tool {
+        "record-blocking" => "record --futex-mode blocking",
+        t => t,
+    }
+}
 
 fn tool_label(tool: &str) -> &str {
     TOOL_LABELS
@@ -1685,6 +1762,26 @@ pub fn render_markdown(r: &BenchResults) -> String {
             );
         }
     }
+    if let Some(b) = r.cost.as_ref().and_then(|c| c.futex_blocking.as_ref()) {
+        let _ = writeln!(
+            s,
+            "### Futex probes, blocking mode\n\n`lockscope record --futex-mode blocking` \
+             (system-wide) and an empty program on `sched:sched_switch` (owner `floor`) while \
+             `lockscope workload {}` ran: no syscall tracepoint, one program on every \
+             context switch, which stores a sleep in a futex wait and accounts it when the \
+             sleeper runs again.\n",
+            b.workload
+        );
+        programs_table(&mut s, &b.programs);
+        let _ = writeln!(
+            s,
+            "\nPer context switch: lockscope {} ns, empty {} ns: **{}**{}.\n",
+            opt(b.ns, 0),
+            opt(b.floor_ns, 0),
+            b.ratio().map_or("n/a".into(), |x| format!("{x:.2}x")),
+            by_order(&b.ratio_by_order, "the empty program"),
+        );
+    }
     if let Some(c) = &r.capacity {
         let _ = writeln!(s, "## Capacity\n");
         let _ = writeln!(
@@ -1894,6 +1991,44 @@ mod tests {
             judge_targets(&r)
                 .iter()
                 .all(|c| !(c.target.contains("system calls") && c.target.contains("own share")))
+        );
+    }
+
+    #[test]
+    fn blocking_mode_is_judged_against_bare_and_not_against_the_syscall_floor() {
+        let r = with_rows(vec![
+            row(SYSCALL_BYSTANDER, "untraced", 8.0e6, 8.0e6),
+            row(SYSCALL_BYSTANDER, "syscall-floor", 6.1e6, 8.0e6),
+            row(SYSCALL_BYSTANDER, "record-blocking", 7.95e6, 8.0e6),
+            row("mmap-churn", "untraced", 100.0, 100.0),
+            row("mmap-churn", "record-blocking", 90.0, 100.0),
+        ]);
+        let checks = judge_targets(&r);
+        let find = |what: &str| {
+            checks
+                .iter()
+                .find(|c| {
+                    c.target.starts_with("`record --futex-mode blocking`")
+                        && c.target.contains(what)
+                })
+                .unwrap_or_else(|| panic!("no blocking-mode {what} check in {checks:#?}"))
+        };
+        let bare = find("system calls: at least 98% of its bare speed");
+        assert_eq!(bare.status, "met", "{}", bare.measured);
+        assert!(bare.measured.starts_with("99.4%"), "{}", bare.measured);
+        assert!(
+            !checks
+                .iter()
+                .any(|c| c.target.starts_with("`record --futex-mode blocking`")
+                    && c.target.contains("own share")),
+            "no syscall floor of its own: {checks:#?}"
+        );
+        let churn = find("on mmap-churn: at most 3% slowdown");
+        assert_eq!(churn.status, "missed", "{}", churn.measured);
+        assert!(
+            churn.measured.starts_with("slowdown 10.0%"),
+            "{}",
+            churn.measured
         );
     }
 
