@@ -390,6 +390,31 @@ pub const NR_FUTEX_WAKE_X86_64: i32 = 454;
 pub const NR_FUTEX_WAITV_X86_64: i32 = 449;
 pub const NR_FUTEX_WAIT_X86_64: i32 = 455;
 
+/// Task states (`include/linux/sched.h`) of `sched_switch`'s `prev_state`.
+pub const TASK_INTERRUPTIBLE: u32 = 0x1;
+pub const TASK_UNINTERRUPTIBLE: u32 = 0x2;
+/// Stopped, traced, exiting, dead, parked, frozen: a task in one of these is not waiting
+/// for a futex, whatever system call it was in.
+pub const TASK_NOT_A_WAIT: u32 = 0x4 | 0x8 | 0x10 | 0x20 | 0x40 | 0x80 | 0x8000;
+/// `pt_regs->ax` of an x86_64 task inside a system call: `-ENOSYS` from the entry until
+/// the call returns (then it holds the return value, while `orig_ax` keeps the number
+/// through the return path: signal delivery, a stop, exit).
+pub const SYSCALL_RUNNING_AX: i64 = -38;
+/// `pt_regs->cs` of a 64-bit user task (`__USER_CS`); a 32-bit one's system calls have
+/// other numbers and registers.
+pub const USER64_CS: u64 = 0x33;
+
+/// Blocking mode: is a task leaving its CPU with `prev_state`, in a system call (`ax`,
+/// `cs` of its saved registers), going to sleep in that call the way a futex wait does
+/// (interruptible or not), rather than stopped, traced, frozen or exiting on its way out?
+#[inline(always)]
+pub const fn futex_sleep_state(prev_state: u32, ax: u64, cs: u64) -> bool {
+    prev_state & (TASK_INTERRUPTIBLE | TASK_UNINTERRUPTIBLE) != 0
+        && prev_state & TASK_NOT_A_WAIT == 0
+        && ax as i64 == SYSCALL_RUNNING_AX
+        && cs == USER64_CS
+}
+
 /// Blocking mode (`--futex-mode blocking`): a thread is going to sleep inside system call
 /// `nr` (x86_64 numbers, from its saved registers) with arguments `a1`, `a2`, `a3` (the
 /// second to fourth). If that call is a futex wait or a PI lock, its command slot and
@@ -622,6 +647,25 @@ mod tests {
         for nr in [455, 449, 456, 219] {
             assert!(!futex_stateless(nr, FUTEX_WAKE), "{nr}");
         }
+    }
+
+    #[test]
+    fn only_sleeps_inside_a_running_64_bit_call_are_waits() {
+        let running = SYSCALL_RUNNING_AX as u64;
+        // futex_wait sleeps TASK_INTERRUPTIBLE | TASK_FREEZABLE; a PI lock may sleep
+        // uninterruptibly; a killable wait has TASK_WAKEKILL too.
+        for state in [0x1, 0x2001, 0x2, 0x102] {
+            assert!(futex_sleep_state(state, running, USER64_CS), "{state:#x}");
+        }
+        // Stopped (SIGSTOP), traced (ptrace stops), dead (the last switch), parked, frozen.
+        for state in [0x4, 0x8, 0x108, 0x80, 0x40, 0x8000, 0x0] {
+            assert!(!futex_sleep_state(state, running, USER64_CS), "{state:#x}");
+        }
+        // The call returned (ax holds its result): a sleep on the way out is not it.
+        assert!(!futex_sleep_state(0x1, 0, USER64_CS));
+        assert!(!futex_sleep_state(0x1, (-4i64) as u64, USER64_CS));
+        // A 32-bit task (`__USER32_CS`): other numbers, other registers.
+        assert!(!futex_sleep_state(0x1, running, 0x23));
     }
 
     #[test]

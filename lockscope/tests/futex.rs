@@ -309,10 +309,22 @@ fn a_process_named_with_an_escape_sequence_is_shown_escaped() {
 /// handler runs, so the kernel continues an interrupted timed wait or sleep through
 /// `restart_syscall`. Returns the command's output and the recording.
 fn record_stopped_and_continued(name: &str, cmd: &[&str], pauses_ms: &[u64]) -> (String, Value) {
+    record_stopped_and_continued_with(name, &[], cmd, pauses_ms)
+}
+
+/// [`record_stopped_and_continued`] with more options for `record`.
+fn record_stopped_and_continued_with(
+    name: &str,
+    record_args: &[&str],
+    cmd: &[&str],
+    pauses_ms: &[u64],
+) -> (String, Value) {
     let dir = scratch(name);
     let file = dir.join("restart.json");
     let child = lockscope()
-        .args(["record", "-o"])
+        .arg("record")
+        .args(record_args)
+        .arg("-o")
         .arg(&file)
         .arg("--")
         .args(cmd)
@@ -496,5 +508,56 @@ fn blocking_mode_counts_the_waits_that_slept() {
     assert!(
         owner["comm"].as_str().unwrap().starts_with("futex-mutex-"),
         "owner thread named: {owner}"
+    );
+}
+
+/// Blocking mode counts a thread's sleep in a futex wait, not its other sleeps on the
+/// way out of the call: a timed wait stopped (SIGSTOP) mid-way leaves the call, stops,
+/// and goes on in `restart_syscall` once continued. The stop is not a wait (it would be
+/// a second 300 ms sleep per wait), and the continued wait is not seen (documented):
+/// one sleep per wait, from its start to the stop.
+#[test]
+fn blocking_mode_does_not_count_a_stop_as_a_wait() {
+    let _serial = serial();
+    let (stdout, rec) = record_stopped_and_continued_with(
+        "futex-blocking-stop",
+        &["--futex-mode", "blocking"],
+        &[
+            bin(),
+            "workload",
+            "futex-timed-wait",
+            "--waits",
+            "2",
+            "--ms",
+            "1500",
+            "--json",
+        ],
+        // Stopped 0.5 s into the first wait, then 0.5 s into the second.
+        &[500, 1200],
+    );
+    let own: Value = stdout
+        .lines()
+        .find_map(|l| {
+            serde_json::from_str(l)
+                .ok()
+                .filter(|v: &Value| v["workload"] == "futex-timed-wait")
+        })
+        .unwrap_or_else(|| panic!("the workload's counts in {stdout}"));
+    assert_eq!(own["timeouts"], 2, "both waits ran to their timeout: {own}");
+    assert_eq!(rec["futex_events"]["blocking"], true);
+    let l = rec["locks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["addr"] == own["lock"])
+        .unwrap_or_else(|| panic!("no entry for the word {}", own["lock"]));
+    assert_eq!(field(l, "wait_calls"), 2, "one sleep per wait: {l}");
+    let (min, max) = (
+        l["wait_min_ns"].as_u64().unwrap(),
+        l["wait_max_ns"].as_u64().unwrap(),
+    );
+    assert!(
+        min >= 350_000_000 && max <= 700_000_000,
+        "each sleep from its wait's start to the stop (~0.5 s): {l}"
     );
 }

@@ -591,7 +591,10 @@ const UNTIMED_TS: u64 = 1;
 #[inline(never)]
 fn account(call: &FutexCall, ret: i64, now: u64, unpaired: bool) {
     let mut uaddr = call.uaddr;
-    if call.cmd == FUTEX2_WAITV && ret > 0 && (ret as u64) < call.nr as u64 && !unpaired {
+    let foreign = call.flags & FUTEX_CALL_FOREIGN != 0;
+    // (Not for a foreign sleep: the user memory read would be the current task's.)
+    if call.cmd == FUTEX2_WAITV && ret > 0 && (ret as u64) < call.nr as u64 && !unpaired && !foreign
+    {
         let woke = waitv_woke(call.waiters, ret as u64);
         if woke != 0 {
             uaddr = woke;
@@ -605,14 +608,9 @@ fn account(call: &FutexCall, ret: i64, now: u64, unpaired: bool) {
     // The rare paths below (an entry created, a PI thread's name) are calls of their
     // own: what they leave on the stack would otherwise double the paths the verifier
     // walks through the rest of this function (tens of milliseconds at every start).
-    let foreign = call.flags & FUTEX_CALL_FOREIGN != 0;
     let stats = FUTEX_STATS.get_ptr_mut(key).or_else(|| {
-        if foreign {
-            new_stats_entry(key)
-        } else {
-            create_stats_entry(uaddr, call.tgid);
-            FUTEX_STATS.get_ptr_mut(key)
-        }
+        create_stats_entry(uaddr, call.tgid, u32::from(foreign));
+        FUTEX_STATS.get_ptr_mut(key)
     });
     let Some(s) = stats else {
         fcount(FCNT_LOST_STATS_FULL);
@@ -696,10 +694,13 @@ fn waitv_woke(waiters: u64, i: u64) -> u64 {
 }
 
 /// Create the `FUTEX_STATS` entry of (`uaddr`, `tgid`), which a lookup did not find,
-/// remembering the process's name.
+/// remembering the process's name unless the current task is not its (`foreign`, 1:
+/// blocking mode, which remembers it at the sleep).
 #[inline(never)]
-fn create_stats_entry(uaddr: u64, tgid: u32) {
-    remember_comm(tgid);
+fn create_stats_entry(uaddr: u64, tgid: u32, foreign: u32) {
+    if foreign == 0 {
+        remember_comm(tgid);
+    }
     let _ = new_stats_entry(FutexKey {
         uaddr,
         tgid,
@@ -742,16 +743,16 @@ pub fn futex_block_switch(ctx: BtfTracePointContext) -> i32 {
     let preempt: u64 = ctx.arg(0);
     let prev_state: u64 = ctx.arg(3);
     if preempt & 0xff == 0 && prev_state as u32 != 0 {
-        block_start(now);
+        block_start(now, prev_state as u32);
     }
     0
 }
 
-/// The current thread (`prev`) goes to sleep: if inside a futex wait of a traced
-/// process, store the sleep. `now`: the clock if [`block_end`] read it, else 0.
+/// The current thread (`prev`) goes to sleep (`prev_state`): if inside a futex wait of
+/// a traced process, store the sleep. `now`: the clock if [`block_end`] read it, else 0.
 #[cfg(bpf_target_arch = "x86_64")]
 #[inline(never)]
-fn block_start(now: u64) {
+fn block_start(now: u64, prev_state: u32) {
     use aya_ebpf::{
         bindings::pt_regs,
         helpers::{bpf_get_current_task_btf, bpf_task_pt_regs},
@@ -763,6 +764,11 @@ fn block_start(now: u64) {
     // registers, whose loads the verifier checks against the type (and makes fault-safe).
     let regs = unsafe { bpf_task_pt_regs(bpf_get_current_task_btf()) } as *const pt_regs;
     if regs.is_null() {
+        return;
+    }
+    // SAFETY: see above.
+    let (ax, cs) = unsafe { ((*regs).rax, (*regs).cs) };
+    if !futex_sleep_state(prev_state, ax, cs) {
         return;
     }
     // SAFETY: see above.
@@ -793,13 +799,12 @@ fn block_start(now: u64) {
     // cannot run while it is switching out.
     let slot = unsafe { &mut *slot };
     // Names, while the sleeper is the current task (its switch in runs as another): its
-    // process's at its first sleep (its storage is new), its own (a PI owner's) at its
-    // first PI sleep since another kind.
-    let first = slot.tgid != tgid;
-    if first {
-        remember_comm(tgid);
-    }
-    if class == FUTEX_CLASS_LOCK_PI && (first || futex_class(slot.cmd) != FUTEX_CLASS_LOCK_PI) {
+    // process's (if not known: new, evicted, or forgotten at an exec), and its own (a PI
+    // owner's) at its first PI sleep since another kind.
+    remember_comm(tgid);
+    if class == FUTEX_CLASS_LOCK_PI
+        && (slot.tgid != tgid || futex_class(slot.cmd) != FUTEX_CLASS_LOCK_PI)
+    {
         remember_thread_comm();
     }
     let mut flags = FUTEX_CALL_FOREIGN
@@ -848,7 +853,7 @@ fn block_start(now: u64) {
 
 #[cfg(not(bpf_target_arch = "x86_64"))]
 #[inline(always)]
-fn block_start(_now: u64) {}
+fn block_start(_now: u64, _prev_state: u32) {}
 
 /// `next` runs again: if it slept in a futex wait, account the sleep. The clock read
 /// (one switch, one time: the switch out of `prev` shares it), or 0.

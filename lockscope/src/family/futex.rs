@@ -320,7 +320,7 @@ fn futex_rows(tracefs: Option<&Path>, can_load: bool) {
             Err(format!(
                 "no syscalls:{tp} tracepoint in this kernel{}",
                 if tp.ends_with("_futex") {
-                    ": futexes cannot be traced"
+                    ": futex calls cannot be traced (--futex-mode blocking still can)"
                 } else {
                     " (optional: those calls are not seen)"
                 }
