@@ -693,6 +693,25 @@ fn user_lock_view_lists_futex_words_apart_from_kernel_locks() {
 }
 
 #[test]
+fn blocking_futex_mode_shows_no_wake_rate() {
+    let mut app = with_futexes();
+    let mut rec = app.current.clone().unwrap();
+    rec.duration_s = 5.0;
+    rec.futex_events = Some(crate::aggregate::futex::FutexEvents {
+        blocking: true,
+        ..Default::default()
+    });
+    app.update(rec);
+    key(&mut app, KeyCode::Char('u'));
+    let rows = table_rows(&app, 160, 20);
+    // wake/s (the ninth column) is "-", not a rate: this mode sees no wakes.
+    assert!(!rows.is_empty(), "{rows:?}");
+    for r in &rows {
+        assert_eq!(r.split(' ').nth(8), Some("-"), "{r}");
+    }
+}
+
+#[test]
 fn user_lock_view_says_when_futexes_are_not_traced() {
     let mut app = scripted();
     key(&mut app, KeyCode::Char('u'));

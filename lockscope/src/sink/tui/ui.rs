@@ -399,10 +399,21 @@ fn draw_user_locks(frame: &mut Frame, app: &App, area: Rect) {
         }
     }))
     .style(HEADER_STYLE);
+    // `--futex-mode blocking` sees no wakes: "-", not a rate of 0.
+    let no_wakes = app
+        .current
+        .as_ref()
+        .and_then(|r| r.futex_events.as_ref())
+        .is_some_and(|f| f.blocking);
     let rows: Vec<Row> = app
         .visible_user_locks()
         .into_iter()
-        .map(|l| Row::new(cols.iter().map(|&c| user_cell(l, c))))
+        .map(|l| {
+            Row::new(cols.iter().map(|&c| match c {
+                UserColumn::Wakes if no_wakes => Cell::from(Line::from("-").right_aligned()),
+                c => user_cell(l, c),
+            }))
+        })
         .collect();
     let empty = rows.is_empty();
     let widths = cols.iter().map(|&c| match c {
@@ -583,7 +594,23 @@ fn draw_detail(frame: &mut Frame, app: &App, l: &LockRate, area: Rect) {
             )
         }
     };
+    let blocking = app
+        .current
+        .as_ref()
+        .and_then(|r| r.futex_events.as_ref())
+        .is_some_and(|f| f.blocking);
     let last = match (&l.user, l.modes) {
+        (Some(u), _) if blocking => {
+            let owner = u
+                .pi_owner()
+                .map(|o| format!("  PI owner {}[{}]", o.comm, o.tid))
+                .unwrap_or_default();
+            format!(
+                "futex (blocking mode): sleeps {}/s; wakes, EAGAIN, timeouts and calls that \
+                 did not block are not seen{owner}",
+                fmt_rate(l.contentions_per_s),
+            )
+        }
         (Some(u), _) => {
             let i = &u.interval;
             let owner = u
