@@ -18,15 +18,20 @@ fn record(name: &str, args: &[&str]) -> (BTreeMap<String, String>, String, Value
 /// it prints) and the recording.
 fn record_workload(name: &str, args: &[&str]) -> (BTreeMap<String, String>, Value, Value) {
     let (s, stdout, rec) = record(name, args);
-    let addr = s.get("lock").expect("lock address printed").clone();
-    let entry = rec["locks"]
+    let entry = lock_of(&rec, &s, &stdout);
+    (s, entry, rec)
+}
+
+/// The recording's entry for the lock the workload printed (`lock=` of its summary).
+fn lock_of(rec: &Value, s: &BTreeMap<String, String>, stdout: &str) -> Value {
+    let addr = s.get("lock").expect("lock address printed");
+    rec["locks"]
         .as_array()
         .unwrap()
         .iter()
         .find(|l| l["addr"] == addr.as_str())
         .unwrap_or_else(|| panic!("no entry for lock {addr} in the recording:\n{stdout}"))
-        .clone();
-    (s, entry, rec)
+        .clone()
 }
 
 fn field(entry: &Value, key: &str) -> u64 {
@@ -55,21 +60,21 @@ fn assert_wait_wake_exact(s: &BTreeMap<String, String>, l: &Value) {
     assert_eq!(field(l, "woken"), num(s, "woken"), "{l}");
 }
 
+/// A mutex four threads contend for on two CPUs, long enough held that waits sleep.
+const CONTENDED_MUTEX: [&str; 7] = [
+    "futex-mutex",
+    "--threads",
+    "4",
+    "--seconds",
+    "2",
+    "--load",
+    "300",
+];
+
 #[test]
 fn futex_mutex_counts_equal_the_workloads_own() {
     let _serial = serial();
-    let (s, l, rec) = record_workload(
-        "futex-mutex",
-        &[
-            "futex-mutex",
-            "--threads",
-            "4",
-            "--seconds",
-            "2",
-            "--load",
-            "300",
-        ],
-    );
+    let (s, l, rec) = record_workload("futex-mutex", &CONTENDED_MUTEX);
     assert_nothing_lost_in_futex(&rec);
     assert_eq!(l["type"], "futex");
     assert_eq!(l["comm"], "lockscope");
@@ -104,7 +109,11 @@ fn pi_futex_mutex_counts_equal_the_workloads_own() {
     assert_eq!(field(&l, "errors"), 0);
     // Each LOCK_PI blocked until it owned the lock: one timed wait per call.
     assert_eq!(l["contended"].as_u64().unwrap(), lock_pi);
-    // The owner read from the futex word is one of the workload's threads.
+    assert_pi_owner_named(&l);
+}
+
+/// The PI owner read from the futex word is one of the workload's threads, named.
+fn assert_pi_owner_named(l: &Value) {
     let owner = &l["futex"]["pi_owner"];
     assert!(owner["tid"].as_u64().unwrap() > 0, "{l}");
     assert!(
@@ -362,15 +371,13 @@ fn record_stopped_and_continued_with(
     )
 }
 
-/// A timed wait stopped and continued mid-way is continued by the kernel through
-/// `restart_syscall`: still one call, paired across the restart, its restart counted and
-/// its outcome (the timeout) the workload's own.
-#[test]
-fn a_timed_wait_continued_by_restart_syscall_is_one_call() {
-    let _serial = serial();
-    // Once inside each of the two waits (0 - 1.5 s, 1.5 - 3 s).
-    let (stdout, rec) = record_stopped_and_continued(
-        "futex-restart",
+/// `futex-timed-wait` (two 1.5 s waits, to their timeout) recorded with `record_args`,
+/// stopped and continued 0.5 s into each wait: the workload's own counts, the recording
+/// and its word's entry.
+fn timed_waits_stopped(name: &str, record_args: &[&str]) -> (Value, Value, Value) {
+    let (stdout, rec) = record_stopped_and_continued_with(
+        name,
+        record_args,
         &[
             bin(),
             "workload",
@@ -381,6 +388,7 @@ fn a_timed_wait_continued_by_restart_syscall_is_one_call() {
             "1500",
             "--json",
         ],
+        // Once inside each of the two waits (0 - 1.5 s, 1.5 - 3 s).
         &[500, 1200],
     );
     let own: Value = stdout
@@ -392,19 +400,30 @@ fn a_timed_wait_continued_by_restart_syscall_is_one_call() {
         })
         .unwrap_or_else(|| panic!("the workload's counts in {stdout}"));
     assert_eq!(own["timeouts"], 2, "both waits ran to their timeout: {own}");
-    assert_nothing_lost_in_futex(&rec);
-    let ev = &rec["futex_events"];
-    assert_eq!(ev["restarts"], 2, "each wait continued once: {ev}");
-    assert_eq!(ev["restart_abandoned"], 0, "{ev}");
     let l = rec["locks"]
         .as_array()
         .unwrap()
         .iter()
         .find(|l| l["addr"] == own["lock"])
-        .unwrap_or_else(|| panic!("no entry for the word {}", own["lock"]));
-    assert_eq!(field(l, "wait_calls"), 2, "{l}");
-    assert_eq!(field(l, "timeouts"), 2, "{l}");
-    assert_eq!(field(l, "restarts"), 2, "{l}");
+        .unwrap_or_else(|| panic!("no entry for the word {}", own["lock"]))
+        .clone();
+    (own, rec, l)
+}
+
+/// A timed wait stopped and continued mid-way is continued by the kernel through
+/// `restart_syscall`: still one call, paired across the restart, its restart counted and
+/// its outcome (the timeout) the workload's own.
+#[test]
+fn a_timed_wait_continued_by_restart_syscall_is_one_call() {
+    let _serial = serial();
+    let (_, rec, l) = timed_waits_stopped("futex-restart", &[]);
+    assert_nothing_lost_in_futex(&rec);
+    let ev = &rec["futex_events"];
+    assert_eq!(ev["restarts"], 2, "each wait continued once: {ev}");
+    assert_eq!(ev["restart_abandoned"], 0, "{ev}");
+    assert_eq!(field(&l, "wait_calls"), 2, "{l}");
+    assert_eq!(field(&l, "timeouts"), 2, "{l}");
+    assert_eq!(field(&l, "restarts"), 2, "{l}");
 }
 
 /// `restart_syscall` also continues sleeps: the exit of one that continues no futex call
@@ -421,27 +440,12 @@ fn a_sleep_continued_by_restart_syscall_is_not_a_futex_call() {
 /// `record --futex-mode blocking -- lockscope workload ARGS`: its summary, the entry of
 /// its lock and the recording.
 fn record_blocking(name: &str, args: &[&str]) -> (BTreeMap<String, String>, Value, Value) {
-    let file = scratch(name).join("rec.json");
-    let out = run_ok(
-        lockscope()
-            .args(["record", "--futex-mode", "blocking", "-o"])
-            .arg(&file)
-            .args(["--", bin(), "workload"])
-            .args(args),
-    );
+    let (out, rec, _) = record_workload_with(name, &["--futex-mode", "blocking"], args);
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("futex: blocking mode"), "said: {stderr}");
     let s = summary(&stdout);
-    let rec = read_json(&file);
-    let addr = s.get("lock").expect("lock address printed").clone();
-    let entry = rec["locks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|l| l["addr"] == addr.as_str())
-        .unwrap_or_else(|| panic!("no entry for lock {addr} in the recording:\n{stdout}"))
-        .clone();
+    let entry = lock_of(&rec, &s, &stdout);
     let ev = &rec["futex_events"];
     assert_eq!(ev["blocking"], true, "{ev}");
     // Every sleep that began was accounted, but for the rare one whose thread was not
@@ -465,18 +469,7 @@ fn record_blocking(name: &str, args: &[&str]) -> (BTreeMap<String, String>, Valu
 #[test]
 fn blocking_mode_counts_the_waits_that_slept() {
     let _serial = serial();
-    let (s, l, _) = record_blocking(
-        "futex-blocking",
-        &[
-            "futex-mutex",
-            "--threads",
-            "4",
-            "--seconds",
-            "2",
-            "--load",
-            "300",
-        ],
-    );
+    let (s, l, _) = record_blocking("futex-blocking", &CONTENDED_MUTEX);
     let slept = num(&s, "futex_wait") - num(&s, "eagain") - num(&s, "interrupted");
     assert!(slept >= 50, "too few waits slept: {s:?}");
     let sleeps = field(&l, "wait_calls");
@@ -504,11 +497,7 @@ fn blocking_mode_counts_the_waits_that_slept() {
         "{sleeps} sleeps against {lock_pi} LOCK_PI calls: {l}"
     );
     assert_eq!(field(&l, "unlock_pi_calls"), 0, "{l}");
-    let owner = &l["futex"]["pi_owner"];
-    assert!(
-        owner["comm"].as_str().unwrap().starts_with("futex-mutex-"),
-        "owner thread named: {owner}"
-    );
+    assert_pi_owner_named(&l);
 }
 
 /// Blocking mode counts a thread's sleep in a futex wait, not its other sleeps on the
@@ -519,39 +508,9 @@ fn blocking_mode_counts_the_waits_that_slept() {
 #[test]
 fn blocking_mode_does_not_count_a_stop_as_a_wait() {
     let _serial = serial();
-    let (stdout, rec) = record_stopped_and_continued_with(
-        "futex-blocking-stop",
-        &["--futex-mode", "blocking"],
-        &[
-            bin(),
-            "workload",
-            "futex-timed-wait",
-            "--waits",
-            "2",
-            "--ms",
-            "1500",
-            "--json",
-        ],
-        // Stopped 0.5 s into the first wait, then 0.5 s into the second.
-        &[500, 1200],
-    );
-    let own: Value = stdout
-        .lines()
-        .find_map(|l| {
-            serde_json::from_str(l)
-                .ok()
-                .filter(|v: &Value| v["workload"] == "futex-timed-wait")
-        })
-        .unwrap_or_else(|| panic!("the workload's counts in {stdout}"));
-    assert_eq!(own["timeouts"], 2, "both waits ran to their timeout: {own}");
+    let (_, rec, l) = timed_waits_stopped("futex-blocking-stop", &["--futex-mode", "blocking"]);
     assert_eq!(rec["futex_events"]["blocking"], true);
-    let l = rec["locks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|l| l["addr"] == own["lock"])
-        .unwrap_or_else(|| panic!("no entry for the word {}", own["lock"]));
-    assert_eq!(field(l, "wait_calls"), 2, "one sleep per wait: {l}");
+    assert_eq!(field(&l, "wait_calls"), 2, "one sleep per wait: {l}");
     let (min, max) = (
         l["wait_min_ns"].as_u64().unwrap(),
         l["wait_max_ns"].as_u64().unwrap(),

@@ -29,18 +29,10 @@ fn lost_total(rec: &Value) -> u64 {
 /// Record `lockscope workload ARGS`; returns (workload summary, recording, record's
 /// stdout, record's stderr).
 fn record(name: &str, args: &[&str]) -> (BTreeMap<String, String>, Value, String, String) {
-    let dir = scratch(name);
-    let file = dir.join("f.json");
-    let out = run_ok(
-        lockscope()
-            .args(["record", "-n", "0", "-o"])
-            .arg(&file)
-            .args(["--", bin(), "workload"])
-            .args(args),
-    );
+    let (out, rec, _) = record_workload_with(name, &["-n", "0"], args);
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    (summary(&stdout), read_json(&file), stdout, stderr)
+    (summary(&stdout), rec, stdout, stderr)
 }
 
 fn sum_callers(l: &Value, key: &str) -> u64 {

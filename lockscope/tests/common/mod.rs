@@ -97,16 +97,29 @@ pub fn hist_total(lock: &Value) -> u64 {
 /// `lockscope record -o FILE -- lockscope workload ARGS` in scratch directory `name`:
 /// (the workload's stdout, the recording, its file).
 pub fn record_workload_file(name: &str, args: &[&str]) -> (String, Value, PathBuf) {
+    let (out, rec, file) = record_workload_with(name, &[], args);
+    (String::from_utf8_lossy(&out.stdout).into_owned(), rec, file)
+}
+
+/// `lockscope record RECORD_ARGS -o FILE -- lockscope workload ARGS`, which must succeed:
+/// its output, the recording and the file.
+pub fn record_workload_with(
+    name: &str,
+    record_args: &[&str],
+    args: &[&str],
+) -> (Output, Value, PathBuf) {
     let file = scratch(name).join("rec.json");
     let out = run_ok(
         lockscope()
-            .args(["record", "-o"])
+            .arg("record")
+            .args(record_args)
+            .arg("-o")
             .arg(&file)
             .args(["--", bin(), "workload"])
             .args(args),
     );
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    (stdout, read_json(&file), file)
+    let rec = read_json(&file);
+    (out, rec, file)
 }
 
 /// A lock entry's holders: (owners, wait they account for with the omitted ones, wait
