@@ -205,7 +205,7 @@ pub const GLIBC_MUTEX_OWNER_OFFSET: u64 = 8;
 pub const FUTEX_CALL_SKIP_SITE: u32 = 16;
 /// Blocking mode: the sleep is accounted by another task's program (at the sleeper's
 /// switch in, `current` is the task switched out), so nothing may be named after the
-/// current task then; its names were remembered at the sleeper's first sleep.
+/// current task then; its names were remembered at the sleep.
 pub const FUTEX_CALL_FOREIGN: u32 = 32;
 
 /// A futex call in progress, per thread, from `sys_enter` to its final `sys_exit`.

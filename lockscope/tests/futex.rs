@@ -60,21 +60,10 @@ fn assert_wait_wake_exact(s: &BTreeMap<String, String>, l: &Value) {
     assert_eq!(field(l, "woken"), num(s, "woken"), "{l}");
 }
 
-/// A mutex four threads contend for on two CPUs, long enough held that waits sleep.
-const CONTENDED_MUTEX: [&str; 7] = [
-    "futex-mutex",
-    "--threads",
-    "4",
-    "--seconds",
-    "2",
-    "--load",
-    "300",
-];
-
 #[test]
 fn futex_mutex_counts_equal_the_workloads_own() {
     let _serial = serial();
-    let (s, l, rec) = record_workload("futex-mutex", &CONTENDED_MUTEX);
+    let (s, l, rec) = record_workload("futex-mutex", &contended("futex-mutex"));
     assert_nothing_lost_in_futex(&rec);
     assert_eq!(l["type"], "futex");
     assert_eq!(l["comm"], "lockscope");
@@ -144,18 +133,7 @@ fn futex_rwlock_counts_equal_the_workloads_own() {
 #[test]
 fn pthread_mutex_shows_at_the_mutex_address() {
     let _serial = serial();
-    let (s, l, rec) = record_workload(
-        "pthread-mutex",
-        &[
-            "pthread-mutex",
-            "--threads",
-            "4",
-            "--seconds",
-            "2",
-            "--load",
-            "300",
-        ],
-    );
+    let (s, l, rec) = record_workload("pthread-mutex", &contended("pthread-mutex"));
     assert_nothing_lost_in_futex(&rec);
     assert!(num(&s, "ops") > 0);
     // glibc's mutex waits and wakes on the word at the start of the mutex; the libc
@@ -469,7 +447,7 @@ fn record_blocking(name: &str, args: &[&str]) -> (BTreeMap<String, String>, Valu
 #[test]
 fn blocking_mode_counts_the_waits_that_slept() {
     let _serial = serial();
-    let (s, l, _) = record_blocking("futex-blocking", &CONTENDED_MUTEX);
+    let (s, l, _) = record_blocking("futex-blocking", &contended("futex-mutex"));
     let slept = num(&s, "futex_wait") - num(&s, "eagain") - num(&s, "interrupted");
     assert!(slept >= 50, "too few waits slept: {s:?}");
     let sleeps = field(&l, "wait_calls");

@@ -47,18 +47,7 @@ fn sum_callers(l: &Value, key: &str) -> u64 {
 #[test]
 fn pthread_mutex_is_named_with_the_workloads_call_site() {
     let _serial = serial();
-    let (s, rec, stdout, stderr) = record(
-        "pthread-mutex-named",
-        &[
-            "pthread-mutex",
-            "--threads",
-            "4",
-            "--seconds",
-            "2",
-            "--load",
-            "300",
-        ],
-    );
+    let (s, rec, stdout, stderr) = record("pthread-mutex-named", &contended("pthread-mutex"));
     assert_nothing_lost(&rec["lost"]);
     let addr = s["lock"].clone();
     let l = locks(&rec)

@@ -225,30 +225,20 @@ pub fn futex_exit(ctx: TracePointContext) -> u32 {
 #[cfg(bpf_target_arch = "x86_64")]
 #[inline(always)]
 fn stateless_exit(ctx: &TracePointContext, ret: i64) -> bool {
-    use aya_ebpf::{
-        bindings::pt_regs,
-        helpers::{bpf_get_current_task_btf, bpf_task_pt_regs},
-    };
     let nr = syscall_nr(ctx);
     if nr != NR_FUTEX_X86_64 && nr != NR_FUTEX_WAKE_X86_64 {
         return false;
     }
-    // SAFETY: helpers on the current task; the result is a BTF pointer to its saved
-    // registers, whose loads the verifier checks against the type (and makes fault-safe).
-    let regs = unsafe { bpf_task_pt_regs(bpf_get_current_task_btf()) } as *const pt_regs;
-    if regs.is_null() {
+    let Some(regs) = current_regs() else {
         return false;
-    }
-    // SAFETY: see above.
-    let uaddr = unsafe { (*regs).rdi };
+    };
+    let uaddr = regs.rdi;
     let (cmd, op) = if nr == NR_FUTEX_X86_64 {
-        // SAFETY: see above.
-        let op = unsafe { (*regs).rsi } as u32;
+        let op = regs.rsi as u32;
         (futex_cmd_slot(op), op)
     } else {
         // futex_wake(uaddr, mask, nr, flags): flags in the fourth argument (r10).
-        // SAFETY: see above.
-        (FUTEX2_WAKE, unsafe { (*regs).r10 } as u32)
+        (FUTEX2_WAKE, regs.r10 as u32)
     };
     if !stateless(nr, cmd) {
         return false;
@@ -256,6 +246,18 @@ fn stateless_exit(ctx: &TracePointContext, ret: i64) -> bool {
     // FUTEX2_PRIVATE is FUTEX_PRIVATE_FLAG.
     on_stateless_exit(uaddr, cmd, op, op & FUTEX_PRIVATE_FLAG == 0, ret);
     true
+}
+
+/// The current task's user registers, as the kernel saved them at its entry: a BTF
+/// pointer, whose loads the verifier checks against the type (and makes fault-safe).
+#[cfg(bpf_target_arch = "x86_64")]
+#[inline(always)]
+fn current_regs() -> Option<&'static aya_ebpf::bindings::pt_regs> {
+    use aya_ebpf::helpers::{bpf_get_current_task_btf, bpf_task_pt_regs};
+    // SAFETY: helpers on the current task; see above for the result.
+    let regs = unsafe { bpf_task_pt_regs(bpf_get_current_task_btf()) };
+    // SAFETY: null or the task's pt_regs, valid while the program runs.
+    unsafe { (regs as *const aya_ebpf::bindings::pt_regs).as_ref() }
 }
 
 #[cfg(not(bpf_target_arch = "x86_64"))]
@@ -485,14 +487,9 @@ fn on_enter(uaddr: u64, cmd: u32, op: u32, waiters: u64, nr: u32, shared: bool) 
         }
     }
     if class == FUTEX_CLASS_LOCK_PI || class == FUTEX_CLASS_TRYLOCK_PI {
-        // SAFETY: a checked read: a bad address gives an error, never a fault.
-        match unsafe { bpf_probe_read_user(uaddr as *const u32) } {
-            Ok(w) => {
-                pi_word = w;
-                flags |= FUTEX_CALL_PI_WORD;
-            }
-            Err(_) => flags |= FUTEX_CALL_PI_UNREADABLE,
-        }
+        let (w, f) = read_pi_word(uaddr);
+        pi_word = w;
+        flags |= f;
     }
     *slot = FutexCall {
         ts_ns: now,
@@ -509,6 +506,17 @@ fn on_enter(uaddr: u64, cmd: u32, op: u32, waiters: u64, nr: u32, shared: bool) 
     };
     if !replaces {
         fcount(FCNT_CALLS_CREATED);
+    }
+}
+
+/// The current task's PI futex word at `uaddr` (its owner's TID and state bits) and the
+/// flag saying whether it was read: `FUTEX_CALL_PI_WORD` or `FUTEX_CALL_PI_UNREADABLE`.
+#[inline(always)]
+fn read_pi_word(uaddr: u64) -> (u32, u32) {
+    // SAFETY: a checked read: a bad address gives an error, never a fault.
+    match unsafe { bpf_probe_read_user(uaddr as *const u32) } {
+        Ok(w) => (w, FUTEX_CALL_PI_WORD),
+        Err(_) => (0, FUTEX_CALL_PI_UNREADABLE),
     }
 }
 
@@ -591,10 +599,10 @@ const UNTIMED_TS: u64 = 1;
 #[inline(never)]
 fn account(call: &FutexCall, ret: i64, now: u64, unpaired: bool) {
     let mut uaddr = call.uaddr;
+    // A foreign sleep (blocking mode) comes with `ret` 0: no user memory is read here,
+    // which would be the current task's.
     let foreign = call.flags & FUTEX_CALL_FOREIGN != 0;
-    // (Not for a foreign sleep: the user memory read would be the current task's.)
-    if call.cmd == FUTEX2_WAITV && ret > 0 && (ret as u64) < call.nr as u64 && !unpaired && !foreign
-    {
+    if call.cmd == FUTEX2_WAITV && ret > 0 && (ret as u64) < call.nr as u64 && !unpaired {
         let woke = waitv_woke(call.waiters, ret as u64);
         if woke != 0 {
             uaddr = woke;
@@ -753,34 +761,17 @@ pub fn futex_block_switch(ctx: BtfTracePointContext) -> i32 {
 #[cfg(bpf_target_arch = "x86_64")]
 #[inline(never)]
 fn block_start(now: u64, prev_state: u32) {
-    use aya_ebpf::{
-        bindings::pt_regs,
-        helpers::{bpf_get_current_task_btf, bpf_task_pt_regs},
-    };
     if !current_is_target(&CONFIG.load()) {
         return;
     }
-    // SAFETY: helpers on the current task; the result is a BTF pointer to its saved
-    // registers, whose loads the verifier checks against the type (and makes fault-safe).
-    let regs = unsafe { bpf_task_pt_regs(bpf_get_current_task_btf()) } as *const pt_regs;
-    if regs.is_null() {
+    let Some(regs) = current_regs() else {
         return;
-    }
-    // SAFETY: see above.
-    let (ax, cs) = unsafe { ((*regs).rax, (*regs).cs) };
-    if !futex_sleep_state(prev_state, ax, cs) {
-        return;
-    }
-    // SAFETY: see above.
-    let (nr, a0, a1, a3) = unsafe {
-        (
-            (*regs).orig_rax as i32,
-            (*regs).rdi,
-            (*regs).rsi,
-            (*regs).r10,
-        )
     };
-    let Some((cmd, op)) = futex_sleep_cmd(nr, a1, a3) else {
+    if !futex_sleep_state(prev_state, regs.rax, regs.cs) {
+        return;
+    }
+    let (a0, a1) = (regs.rdi, regs.rsi);
+    let Some((cmd, op)) = futex_sleep_cmd(regs.orig_rax as i32, a1, regs.r10) else {
         return;
     };
     let (uaddr, waiters, nwaiters, wflags) = if cmd == FUTEX2_WAITV {
@@ -799,14 +790,9 @@ fn block_start(now: u64, prev_state: u32) {
     // cannot run while it is switching out.
     let slot = unsafe { &mut *slot };
     // Names, while the sleeper is the current task (its switch in runs as another): its
-    // process's (if not known: new, evicted, or forgotten at an exec), and its own (a PI
-    // owner's) at its first PI sleep since another kind.
+    // process's (if not known: new, evicted, or forgotten at an exec), and for a PI lock
+    // its own (an owner's), as the exit probe names a PI caller.
     remember_comm(tgid);
-    if class == FUTEX_CLASS_LOCK_PI
-        && (slot.tgid != tgid || futex_class(slot.cmd) != FUTEX_CLASS_LOCK_PI)
-    {
-        remember_thread_comm();
-    }
     let mut flags = FUTEX_CALL_FOREIGN
         | if wflags & FUTEX_PRIVATE_FLAG == 0 {
             FUTEX_CALL_SHARED
@@ -815,17 +801,14 @@ fn block_start(now: u64, prev_state: u32) {
         };
     let mut pi_word = 0;
     if class == FUTEX_CLASS_LOCK_PI {
-        // SAFETY: a checked read: a bad address gives an error, never a fault.
-        match unsafe { bpf_probe_read_user(uaddr as *const u32) } {
-            Ok(w) => {
-                pi_word = w;
-                flags |= FUTEX_CALL_PI_WORD;
-            }
-            Err(_) => flags |= FUTEX_CALL_PI_UNREADABLE,
-        }
+        remember_thread_comm();
+        let (w, f) = read_pi_word(uaddr);
+        pi_word = w;
+        flags |= f;
     }
     if slot.ts_ns != 0 {
-        // A sleep whose switch in came while the gate was closed: never timed.
+        // A sleep whose switch in was not seen (the task storage was busy then):
+        // never timed.
         fcount(FCNT_UNPAIRED_ENTER);
     } else {
         fcount(FCNT_CALLS_CREATED);

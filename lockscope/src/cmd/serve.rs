@@ -164,7 +164,6 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
             top_locks: settings.top_locks,
             bucket_bounds: settings.bucket_bounds.clone(),
             futex: session.families().futex.enabled,
-            futex_wakes: session.families().futex.mode == crate::probe::FutexMode::Calls,
             rwsem_events: kernel && settings.probes.rwsem_events,
             starvation: kernel && settings.probes.pi_lock,
         },
@@ -655,12 +654,11 @@ fn describe(s: &ServeSettings) -> String {
             p.kernel_locks && p.rwsem_events && p.mmap_trylocks,
         ),
         (
-            "futex",
-            s.traces_futex() && p.futex_mode == crate::probe::FutexMode::Calls,
-        ),
-        (
-            "futex (blocking waits)",
-            s.traces_futex() && p.futex_mode == crate::probe::FutexMode::Blocking,
+            match p.futex_mode {
+                crate::probe::FutexMode::Calls => "futex",
+                crate::probe::FutexMode::Blocking => "futex (blocking waits)",
+            },
+            s.traces_futex(),
         ),
         ("pi_lock", p.kernel_locks && p.pi_lock),
     ]

@@ -95,9 +95,6 @@ pub struct MetricsOptions {
     pub bucket_bounds: Vec<usize>,
     /// Export the `lockscope_futex_*` families (the futex probes run).
     pub futex: bool,
-    /// Export `lockscope_futex_wakes_total` (the futex probes see wakes: not in
-    /// `--futex-mode blocking`, where it would read 0).
-    pub futex_wakes: bool,
     /// Export `lockscope_rwsem_events_total`.
     pub rwsem_events: bool,
     /// Export `lockscope_starvation_episodes_total`.
@@ -111,7 +108,6 @@ impl MetricsOptions {
             top_locks,
             bucket_bounds,
             futex: true,
-            futex_wakes: true,
             rwsem_events: true,
             starvation: true,
         }
@@ -459,7 +455,8 @@ pub fn families(
                 })
                 .collect(),
         ));
-        if opts.futex_wakes {
+        // Not in `--futex-mode blocking`, which sees no wakes: 0 would be a lie.
+        if !rec.futex_events.as_ref().is_some_and(|f| f.blocking) {
             out.push(family(
                 FUTEX_WAKES,
                 "Futex wake calls (FUTEX_WAKE, FUTEX_WAKE_BITSET, FUTEX_WAKE_OP, futex_wake) \
@@ -1076,11 +1073,15 @@ mod tests {
             "{t}"
         );
         // Blocking mode sees no wakes: no wakes family, the waits still there.
-        let mut o = opts(20);
-        o.futex_wakes = false;
-        let t = full_text(&rec, &o);
+        let mut blocking = rec.clone();
+        blocking.futex_events = Some(crate::aggregate::futex::FutexEvents {
+            blocking: true,
+            ..Default::default()
+        });
+        let t = full_text(&blocking, &opts(20));
         assert!(!t.contains("lockscope_futex_wakes_total") && t.contains(FUTEX_WAITS));
         // The group off: no futex families at all.
+        let mut o = opts(20);
         o.futex = false;
         assert!(!full_text(&rec, &o).contains("lockscope_futex_"));
     }

@@ -94,6 +94,20 @@ pub fn hist_total(lock: &Value) -> u64 {
 }
 
 /// Lock entries of a recording whose owner is this process's mmap_lock.
+/// The arguments of `lockscope workload WORKLOAD` contended: four threads on two CPUs
+/// around one lock, held long enough that waits sleep, for 2 s.
+pub fn contended(workload: &str) -> [&str; 7] {
+    [
+        workload,
+        "--threads",
+        "4",
+        "--seconds",
+        "2",
+        "--load",
+        "300",
+    ]
+}
+
 /// `lockscope record -o FILE -- lockscope workload ARGS` in scratch directory `name`:
 /// (the workload's stdout, the recording, its file).
 pub fn record_workload_file(name: &str, args: &[&str]) -> (String, Value, PathBuf) {

@@ -1150,6 +1150,15 @@ fn inconclusive_note(v: Option<bool>, tolerance: Option<f64>) -> String {
     }
 }
 
+/// The tracers judged beside the bystanders: (tool, the command targets name it by,
+/// whether the empty programs on the futex syscall tracepoints are its floor; not for
+/// blocking mode, which attaches none).
+const BYSTANDER_TRACERS: [(&str, &str, bool); 3] = [
+    ("record", "record", true),
+    ("serve", "serve", true),
+    ("record-blocking", "record --futex-mode blocking", false),
+];
+
 /// Judge issue 8's and 14's targets from the results.
 pub fn judge_targets(r: &BenchResults) -> Vec<TargetCheck> {
     let mut out = Vec::new();
@@ -1178,14 +1187,8 @@ pub fn judge_targets(r: &BenchResults) -> Vec<TargetCheck> {
         "; empty programs on the futex syscall tracepoints, which no lock call reaches: ",
         "",
     );
-    for tool in ["record", "serve", "record-blocking"] {
-        let shown = tool_cmd(tool);
-        // Blocking mode has no syscall tracepoint: the floor is not its context.
-        let floor_note = if tool == "record-blocking" {
-            ""
-        } else {
-            &floor_note
-        };
+    for &(tool, shown, has_floor) in &BYSTANDER_TRACERS {
+        let floor_note = if has_floor { floor_note.as_str() } else { "" };
         out.push(paired_check(
             &format!(
                 "`{shown}` beside an uncontended pthread loop: at least 98% of its bare speed"
@@ -1208,14 +1211,9 @@ pub fn judge_targets(r: &BenchResults) -> Vec<TargetCheck> {
         "; empty programs on the same syscall tracepoints: ",
         " (the kernel's traced syscall path, paid by any tracer of futex calls)",
     );
-    for tool in ["record", "serve", "record-blocking"] {
+    for &(tool, shown, has_floor) in &BYSTANDER_TRACERS {
         let t = row(r, SYSCALL_BYSTANDER, tool);
-        let shown = tool_cmd(tool);
-        let floor_note = if tool == "record-blocking" {
-            ""
-        } else {
-            &floor_note
-        };
+        let floor_note = if has_floor { floor_note.as_str() } else { "" };
         out.push(paired_check(
             &format!("`{shown}` beside a loop of system calls: at least 98% of its bare speed"),
             t.zip(base),
@@ -1224,9 +1222,8 @@ pub fn judge_targets(r: &BenchResults) -> Vec<TargetCheck> {
             &format!("{floor_note}{}", b.note),
         ));
         // lockscope's own share: against the floor, not against bare. Results from before
-        // the floor was measured have no such check. Blocking mode has no syscall
-        // tracepoint: the floor is not its own.
-        if floor.is_some() && tool != "record-blocking" {
+        // the floor was measured have no such check.
+        if floor.is_some() && has_floor {
             out.push(paired_check(
                 &format!(
                     "`{tool}` beside a loop of system calls: at least 98% of its speed beside \
@@ -1386,7 +1383,8 @@ pub fn judge_targets(r: &BenchResults) -> Vec<TargetCheck> {
     let blocking = cost.and_then(|c| c.futex_blocking.as_ref());
     out.push(TargetCheck {
         target: "`--futex-mode blocking`: its program on every context switch (sched_switch), \
-                 against an empty one on the same event (no futex call reaches a probe)"
+                 against an empty one on the same event (a futex call that does not sleep \
+                 reaches no probe)"
             .to_string(),
         measured: match blocking.and_then(|b| b.ratio().map(|x| (b, x))) {
             Some((b, x)) => format!(
@@ -1515,14 +1513,6 @@ const TOOL_LABELS: &[(&str, &str)] = &[
         "`lockscope record --futex-mode blocking` (no syscall tracepoint)",
     ),
 ];
-
-/// The command line a tool of the rotation stands for, as targets name it.
-fn tool_cmd(tool: &str) -> &str {
-    match tool {
-        "record-blocking" => "record --futex-mode blocking",
-        t => t,
-    }
-}
 
 fn tool_label(tool: &str) -> &str {
     TOOL_LABELS

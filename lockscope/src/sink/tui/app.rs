@@ -410,6 +410,15 @@ impl App {
         self.visible_locks().iter().position(|l| &l.key == key)
     }
 
+    /// The source traces futexes in blocking mode (`--futex-mode blocking`): it sees only
+    /// the waits that sleep, no wakes, EAGAIN or timeouts.
+    pub fn futex_blocking(&self) -> bool {
+        self.current
+            .as_ref()
+            .and_then(|r| r.futex_events.as_ref())
+            .is_some_and(|f| f.blocking)
+    }
+
     pub fn selected_user_row(&self) -> Option<usize> {
         let key = self.selected_user.as_ref()?;
         self.visible_user_locks().iter().position(|l| &l.key == key)

@@ -399,21 +399,11 @@ fn draw_user_locks(frame: &mut Frame, app: &App, area: Rect) {
         }
     }))
     .style(HEADER_STYLE);
-    // `--futex-mode blocking` sees no wakes: "-", not a rate of 0.
-    let no_wakes = app
-        .current
-        .as_ref()
-        .and_then(|r| r.futex_events.as_ref())
-        .is_some_and(|f| f.blocking);
+    let blocking = app.futex_blocking();
     let rows: Vec<Row> = app
         .visible_user_locks()
         .into_iter()
-        .map(|l| {
-            Row::new(cols.iter().map(|&c| match c {
-                UserColumn::Wakes if no_wakes => Cell::from(Line::from("-").right_aligned()),
-                c => user_cell(l, c),
-            }))
-        })
+        .map(|l| Row::new(cols.iter().map(|&c| user_cell(l, c, blocking))))
         .collect();
     let empty = rows.is_empty();
     let widths = cols.iter().map(|&c| match c {
@@ -449,7 +439,9 @@ fn draw_user_locks(frame: &mut Frame, app: &App, area: Rect) {
     }
 }
 
-fn user_cell(l: &LockRate, c: UserColumn) -> Cell<'static> {
+/// Cell `c` of user-space lock `l`; `blocking`: the source sees no wakes (`--futex-mode
+/// blocking`), so their rate is "-", not 0.
+fn user_cell(l: &LockRate, c: UserColumn, blocking: bool) -> Cell<'static> {
     let idle = l.interval.count == 0;
     let right = |s: String| Cell::from(Line::from(s).right_aligned());
     let u = l.user.as_ref();
@@ -466,6 +458,7 @@ fn user_cell(l: &LockRate, c: UserColumn) -> Cell<'static> {
         UserColumn::Avg => right(fmt_dur(l.avg_ns() as f64)),
         UserColumn::P99 => right(fmt_dur(l.p99_ns() as f64)),
         UserColumn::Max => right(fmt_dur(l.max_ns() as f64)),
+        UserColumn::Wakes if blocking => right("-".into()),
         UserColumn::Wakes => right(u.map_or("-".into(), |u| fmt_rate(u.wake_calls_per_s))),
         UserColumn::Blocked => right(u.map_or("-".into(), |u| u.blocked().to_string())),
         UserColumn::Owner => Cell::from(
@@ -594,29 +587,21 @@ fn draw_detail(frame: &mut Frame, app: &App, l: &LockRate, area: Rect) {
             )
         }
     };
-    let blocking = app
-        .current
-        .as_ref()
-        .and_then(|r| r.futex_events.as_ref())
-        .is_some_and(|f| f.blocking);
+    let pi_owner = |u: &crate::aggregate::rates::UserRate| {
+        u.pi_owner()
+            .map(|o| format!("  PI owner {}[{}]", o.comm, o.tid))
+            .unwrap_or_default()
+    };
     let last = match (&l.user, l.modes) {
-        (Some(u), _) if blocking => {
-            let owner = u
-                .pi_owner()
-                .map(|o| format!("  PI owner {}[{}]", o.comm, o.tid))
-                .unwrap_or_default();
-            format!(
-                "futex (blocking mode): sleeps {}/s; wakes, EAGAIN, timeouts and calls that \
-                 did not block are not seen{owner}",
-                fmt_rate(l.contentions_per_s),
-            )
-        }
+        (Some(u), _) if app.futex_blocking() => format!(
+            "futex (blocking mode): sleeps {}/s; wakes, EAGAIN, timeouts and calls that did \
+             not block are not seen{}",
+            fmt_rate(l.contentions_per_s),
+            pi_owner(u),
+        ),
         (Some(u), _) => {
             let i = &u.interval;
-            let owner = u
-                .pi_owner()
-                .map(|o| format!("  PI owner {}[{}]", o.comm, o.tid))
-                .unwrap_or_default();
+            let owner = pi_owner(u);
             format!(
                 "futex: wait calls {}/s (EAGAIN {}/s)  wake calls {}/s woke {}/s  \
                  timeouts {}  interrupted {}  errors {}{owner}",
