@@ -83,6 +83,36 @@ impl ContentionStats {
             self.hist[b] += 1;
         }
     }
+
+    /// [`Self::add`] into an entry of a shared map that other CPUs update at the same
+    /// time (see [`crate::shared`]); false when the minimum or maximum could not be
+    /// stored (counted by the caller). The entry starts as [`Self::EMPTY`].
+    ///
+    /// # Safety
+    /// `s` points at a live map value that is only ever updated through this.
+    #[inline(always)]
+    pub unsafe fn add_shared(s: *mut Self, ns: u64, failed: bool) -> bool {
+        use crate::shared;
+        use core::ptr::addr_of_mut;
+        // SAFETY: fields of a live value, each 8-byte aligned; the caller's contract.
+        unsafe {
+            // The bucket first, so that its many paths end before the extremes' retries
+            // (the verifier walks each path through what follows it); the count last: a
+            // reader that sees the wait counted sees its extremes too.
+            let b = crate::log2_bucket(ns);
+            if b < HIST_BUCKETS {
+                shared::add(addr_of_mut!((*s).hist[b]), 1);
+            }
+            let stored = shared::store_min(addr_of_mut!((*s).min_ns), ns)
+                & shared::store_max(addr_of_mut!((*s).max_ns), ns);
+            if failed {
+                shared::add(addr_of_mut!((*s).failed), 1);
+            }
+            shared::add(addr_of_mut!((*s).total_ns), ns);
+            shared::add(addr_of_mut!((*s).count), 1);
+            stored
+        }
+    }
 }
 
 impl Default for ContentionStats {
@@ -499,7 +529,11 @@ pub const CNT_HOLDERS_CREATED: u32 = 17;
 pub const CNT_LOST_LOCK_GEN: u32 = 18;
 /// Lock addresses seen freed and reused (each a new owner generation).
 pub const CNT_LOCK_REUSED: u32 = 19;
-pub const COUNTERS_LEN: u32 = 20;
+/// Waits whose minimum or maximum could not be stored: other CPUs kept moving the same
+/// shared entry's extreme (see `shared::MINMAX_TRIES`). Counted, totals and buckets
+/// stay exact; only that entry's min or max may miss the wait.
+pub const CNT_LOST_MINMAX: u32 = 20;
+pub const COUNTERS_LEN: u32 = 21;
 
 /// Names of the `COUNTERS` slots, as shown in reports and metrics.
 pub const COUNTER_NAMES: [&str; COUNTERS_LEN as usize] = [
@@ -523,6 +557,7 @@ pub const COUNTER_NAMES: [&str; COUNTERS_LEN as usize] = [
     "holders_created",
     "lock_gen_map_full",
     "lock_reused",
+    "min_max_missed",
 ];
 
 /// Map sizes (entries). Userspace may override them at load.

@@ -357,7 +357,10 @@ pub const FCNT_CALLS_CREATED: u32 = 9;
 /// entry, a created call and an exit at once, folded into those three by
 /// [`fold_futex_counters`] when the counters are read.
 pub const FCNT_STATELESS: u32 = 10;
-pub const FUTEX_COUNTERS_LEN: u32 = 11;
+/// Waits whose minimum or maximum could not be stored in the shared entry (see
+/// `CNT_LOST_MINMAX`).
+pub const FCNT_LOST_MINMAX: u32 = 11;
+pub const FUTEX_COUNTERS_LEN: u32 = 12;
 
 pub const FUTEX_COUNTER_NAMES: [&str; FUTEX_COUNTERS_LEN as usize] = [
     "enter",
@@ -371,6 +374,7 @@ pub const FUTEX_COUNTER_NAMES: [&str; FUTEX_COUNTERS_LEN as usize] = [
     "futex_stats_created",
     "futex_calls_created",
     "stateless",
+    "futex_min_max_missed",
 ];
 
 /// Calls handled whole at their exit count as an entry, a created call and an exit: fold
@@ -526,6 +530,27 @@ impl FutexHot {
         s.woken += self.woken;
         s.errors += self.errors;
     }
+
+    /// [`Self::fold_into`] for the shared `FUTEX_STATS` entry, which other CPUs update at
+    /// the same time.
+    ///
+    /// # Safety
+    /// `s` points at a live map value that is only ever updated atomically.
+    #[inline(always)]
+    pub unsafe fn fold_into_shared(&self, s: *mut FutexStats) {
+        use crate::shared::add;
+        use core::ptr::addr_of_mut;
+        let cmd = self.cmd as usize;
+        // SAFETY: fields of a live value, each 8-byte aligned; the caller's contract.
+        unsafe {
+            if cmd < FUTEX_CMD_SLOTS {
+                add(addr_of_mut!((*s).calls[cmd]), self.calls);
+            }
+            add(addr_of_mut!((*s).shared_calls), self.shared_calls);
+            add(addr_of_mut!((*s).woken), self.woken);
+            add(addr_of_mut!((*s).errors), self.errors);
+        }
+    }
 }
 
 /// The `FUTEX_HOT` slot of a key: a multiplicative hash of the word's address (futex
@@ -539,25 +564,8 @@ pub const fn futex_hot_slot(tgid: u32, uaddr: u64) -> u32 {
     ((h >> 58) as u32) & (FUTEX_HOT_SLOTS - 1)
 }
 
+/// Entries of `FUTEX_STATS` (shared by all CPUs: 24 MB whatever their number).
 pub const FUTEX_STATS_MAX_ENTRIES: u32 = 16384;
-/// Memory the loader lets `FUTEX_STATS` take (it is per-CPU and preallocated): on many
-/// CPUs it holds fewer entries, and a full map is counted (`futex_stats_map_full`).
-pub const FUTEX_STATS_MEMORY_BUDGET: u64 = 32 << 20;
-/// The fewest entries `FUTEX_STATS` gets, however many CPUs.
-pub const FUTEX_STATS_MIN_ENTRIES: u32 = 1024;
-
-/// Entries of `FUTEX_STATS` for this many CPUs.
-pub const fn futex_stats_entries(cpus: u32) -> u32 {
-    let per_entry = size_of::<FutexStats>() as u64 * if cpus == 0 { 1 } else { cpus as u64 };
-    let n = FUTEX_STATS_MEMORY_BUDGET / per_entry;
-    if n > FUTEX_STATS_MAX_ENTRIES as u64 {
-        FUTEX_STATS_MAX_ENTRIES
-    } else if n < FUTEX_STATS_MIN_ENTRIES as u64 {
-        FUTEX_STATS_MIN_ENTRIES
-    } else {
-        n as u32
-    }
-}
 
 #[cfg(feature = "user")]
 mod pod {
@@ -611,15 +619,6 @@ mod tests {
         h.fold_into(&mut s);
         assert_eq!(s.calls[FUTEX2_WAKE as usize], 6);
         assert_eq!((s.shared_calls, s.woken, s.errors), (2, 4, 2));
-    }
-
-    #[test]
-    fn stats_map_shrinks_with_cpus() {
-        assert_eq!(futex_stats_entries(2), FUTEX_STATS_MAX_ENTRIES);
-        let n = futex_stats_entries(64);
-        assert!((FUTEX_STATS_MIN_ENTRIES..FUTEX_STATS_MAX_ENTRIES).contains(&n));
-        assert_eq!(futex_stats_entries(100_000), FUTEX_STATS_MIN_ENTRIES);
-        assert_eq!(futex_stats_entries(0), FUTEX_STATS_MAX_ENTRIES);
     }
 
     #[test]

@@ -5,6 +5,9 @@
 //! agree byte for byte. Decoding on the user side rejects unknown values instead of
 //! transmuting them.
 #![no_std]
+// The BPF target's atomics (see `shared`).
+#![cfg_attr(target_arch = "bpf", feature(core_intrinsics))]
+#![cfg_attr(target_arch = "bpf", allow(internal_features))]
 
 pub mod contention;
 pub mod futex;
@@ -12,6 +15,7 @@ pub mod hist;
 pub mod pthread;
 pub mod rt;
 pub mod rwsem;
+pub mod shared;
 pub mod spin;
 
 pub use contention::*;

@@ -223,3 +223,13 @@ impl<T> TaskStorage<T> {
         }
     }
 }
+
+/// Count one wait of `ns` into a shared map's entry (`ContentionStats::add_shared`);
+/// false when its minimum or maximum could not be stored. Out of line: its retry loops
+/// are then verified at the call, not again along every path of the caller that reaches
+/// it (inline, they tripled the verifier's time for the futex exit).
+#[inline(never)]
+pub fn add_wait_shared(s: *mut lockscope_common::ContentionStats, ns: u64, failed: bool) -> bool {
+    // SAFETY: callers pass a live value of a shared map, updated only through this.
+    unsafe { lockscope_common::ContentionStats::add_shared(s, ns, failed) }
+}

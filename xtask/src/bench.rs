@@ -1462,7 +1462,8 @@ fn lost_total(rec: &Value) -> u64 {
 fn futex_lost(rec: &Value) -> u64 {
     rec["lost"].as_object().map_or(0, |m| {
         m.iter()
-            .filter(|(k, _)| k.starts_with("futex_"))
+            // A wait whose minimum or maximum was not stored is still counted.
+            .filter(|(k, _)| k.starts_with("futex_") && *k != "futex_min_max_missed")
             .filter_map(|(_, v)| v.as_u64())
             .sum()
     })

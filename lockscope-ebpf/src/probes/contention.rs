@@ -17,7 +17,7 @@ use aya_ebpf::{
         bpf_ktime_get_ns, bpf_probe_read_kernel, bpf_probe_read_kernel_str_bytes,
     },
     macros::{btf_map, btf_tracepoint, map},
-    maps::{HashMap, LruHashMap, LruPerCpuHashMap, PerCpuArray},
+    maps::{HashMap, LruHashMap, PerCpuArray},
     programs::BtfTracePointContext,
 };
 use lockscope_common::*;
@@ -28,9 +28,11 @@ use crate::maps::{
 
 /// Finished waits, aggregated. LRU: an always-on daemon meets ever new (lock, stack,
 /// process) keys; the least recently updated make room, counted (`CNT_STATS_CREATED`).
+/// Shared, not per-CPU: its size does not grow with the CPUs, and making or freeing it
+/// allocates no per-CPU memory (`lockscope_common::shared`).
 #[map]
-static CONTENTION_STATS: LruPerCpuHashMap<ContentionKey, ContentionStats> =
-    LruPerCpuHashMap::with_max_entries(STATS_MAX_ENTRIES, 0);
+static CONTENTION_STATS: LruHashMap<ContentionKey, ContentionStats> =
+    LruHashMap::with_max_entries(STATS_MAX_ENTRIES, 0);
 
 /// Sleeping waits in progress, in each thread's own storage (found from the task: no
 /// hash, no lock, no eviction; freed with the thread). A slot whose `lock` is 0 holds no
@@ -114,10 +116,10 @@ static INFO_SCRATCH: PerCpuArray<LockInfo> = PerCpuArray::with_max_entries(1, 0)
 static STACK_BUDGET: PerCpuArray<StackBudget> = PerCpuArray::with_max_entries(1, 0);
 
 /// Waits and wait time per (lock, flags, holder), for the sleeping locks whose word names
-/// its holder. LRU like the stats; created keys counted (`CNT_HOLDERS_CREATED`).
+/// its holder. LRU and shared like the stats; created keys counted (`CNT_HOLDERS_CREATED`).
 #[map]
-static HOLDER_STATS: LruPerCpuHashMap<HolderKey, HolderStats> =
-    LruPerCpuHashMap::with_max_entries(HOLDERS_MAX_ENTRIES, 0);
+static HOLDER_STATS: LruHashMap<HolderKey, HolderStats> =
+    LruHashMap::with_max_entries(HOLDERS_MAX_ENTRIES, 0);
 
 /// The wait being started, built here rather than on the BPF stack (6.1's verifier
 /// counts the stack of every call chain, and `contention_begin`'s is the deepest). Only
@@ -1070,10 +1072,10 @@ fn account(w: &WaitStart, now: u64, ret: i32) {
         count(CNT_LOST_STATS_FULL);
         return;
     };
-    // SAFETY: a live map value (per-CPU: this CPU's), used before the program returns, not aliased.
-    let s = unsafe { &mut *s };
     let wait = now.saturating_sub(w.ts_ns);
-    s.add(wait, ret != 0);
+    if !crate::maps::add_wait_shared(s, wait, ret != 0) {
+        count(CNT_LOST_MINMAX);
+    }
     if w.holder_tid != 0 {
         account_holder(w, wait);
     }
@@ -1105,10 +1107,11 @@ fn account_holder(w: &WaitStart, wait: u64) {
         h = HOLDER_STATS.get_ptr_mut(key);
     }
     if let Some(h) = h {
-        // SAFETY: a live map value (per-CPU: this CPU's), used before the program returns, not aliased.
-        let h = unsafe { &mut *h };
-        h.count += 1;
-        h.total_ns += wait;
+        // SAFETY: fields of a live map value, which every CPU updates atomically.
+        unsafe {
+            shared::add(core::ptr::addr_of_mut!((*h).count), 1);
+            shared::add(core::ptr::addr_of_mut!((*h).total_ns), wait);
+        }
     }
 }
 

@@ -18,7 +18,7 @@
 //! registers (x86_64): nothing is stored at entry, and the exit is one target check and
 //! one per-CPU aggregate update. A call that can wait costs one target check and one
 //! task-storage lookup at entry (a timestamp; for a wait, the syscall-site check of
-//! pthread attribution), and one task-storage lookup and one per-CPU aggregate update at
+//! pthread attribution), and one task-storage lookup and one aggregate update (atomic) at
 //! exit: no hash of calls and no lock on the way (a thread's storage is found from the
 //! thread). Tasks we do not trace cost a target check at entry and one empty
 //! task-storage lookup at exit (a target check, for a call that cannot wait).
@@ -30,9 +30,11 @@ use aya_ebpf::{
         bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_user,
     },
     macros::{btf_map, btf_tracepoint, map, tracepoint},
-    maps::{Array, LruHashMap, LruPerCpuHashMap, PerCpuArray},
+    maps::{Array, LruHashMap, PerCpuArray},
     programs::{BtfTracePointContext, TracePointContext},
 };
+use core::ptr::{addr_of, addr_of_mut, read_volatile, write_volatile};
+
 use lockscope_common::*;
 
 use crate::maps::{CONFIG, TaskStorage, current_is_target, current_process_comm};
@@ -43,8 +45,8 @@ use crate::maps::{CONFIG, TaskStorage, current_is_target, current_process_comm};
 /// words come and go without end; the least recently updated make room, counted
 /// (`FCNT_STATS_CREATED`).
 #[map]
-static FUTEX_STATS: LruPerCpuHashMap<FutexKey, FutexStats> =
-    LruPerCpuHashMap::with_max_entries(FUTEX_STATS_MAX_ENTRIES, 0);
+static FUTEX_STATS: LruHashMap<FutexKey, FutexStats> =
+    LruHashMap::with_max_entries(FUTEX_STATS_MAX_ENTRIES, 0);
 
 /// Wake-class calls that do not block, per CPU, by the slot of their (tgid, uaddr,
 /// command): see [`FutexHot`]. Userspace adds them to `FUTEX_STATS`.
@@ -339,8 +341,8 @@ fn hot_evict(h: &mut FutexHot) -> bool {
         return false;
     };
     h.seq += 1;
-    // SAFETY: a live map value (per-CPU: this CPU's), used before the program returns, not aliased.
-    h.fold_into(unsafe { &mut *s });
+    // SAFETY: a live map value, which every CPU updates atomically.
+    unsafe { h.fold_into_shared(s) };
     // Free (the caller sets the new key), `seq` even again.
     *h = FutexHot {
         seq: h.seq + 1,
@@ -349,7 +351,7 @@ fn hot_evict(h: &mut FutexHot) -> bool {
     true
 }
 
-/// The `FUTEX_STATS` entry of `key` (this CPU's), created if new (counted).
+/// The `FUTEX_STATS` entry of `key`, created if new (counted).
 #[inline(always)]
 fn stats_entry(key: FutexKey) -> Option<*mut FutexStats> {
     FUTEX_STATS
@@ -357,8 +359,8 @@ fn stats_entry(key: FutexKey) -> Option<*mut FutexStats> {
         .or_else(|| new_stats_entry(key))
 }
 
-/// Create the `FUTEX_STATS` entry of `key`, which a lookup did not find (counted; a
-/// racing interrupt may have made it first).
+/// Create the `FUTEX_STATS` entry of `key`, which a lookup did not find (counted; another
+/// CPU or a racing interrupt may have made it first).
 #[inline(always)]
 fn new_stats_entry(key: FutexKey) -> Option<*mut FutexStats> {
     // By reference: a copy of the value would not fit the 512-byte BPF stack.
@@ -624,20 +626,27 @@ fn account(call: &FutexCall, ret: i64, now: u64, unpaired: bool) {
         fcount(FCNT_LOST_STATS_FULL);
         return;
     };
-    // SAFETY: a live map value (per-CPU: this CPU's), used before the program returns, not aliased.
-    let s = unsafe { &mut *s };
+    // The entry is shared by every CPU: each count is an atomic addition.
+    macro_rules! add {
+        ($field:ident $([$i:expr])?, $n:expr) => {
+            // SAFETY: a field of a live map value, which every CPU updates atomically.
+            unsafe { shared::add(addr_of_mut!((*s).$field $([$i])?), $n) }
+        };
+    }
     if unpaired {
-        s.unpaired += 1;
+        add!(unpaired, 1);
         return;
     }
     let cmd = call.cmd as usize;
     if cmd < FUTEX_CMD_SLOTS {
-        s.calls[cmd] += 1;
+        add!(calls[cmd], 1);
     }
     if call.flags & FUTEX_CALL_SHARED != 0 {
-        s.shared_calls += 1;
+        add!(shared_calls, 1);
     }
-    s.restarts += call.restarts as u64;
+    if call.restarts != 0 {
+        add!(restarts, call.restarts as u64);
+    }
     let class = futex_class(call.cmd);
     if !foreign
         && (class == FUTEX_CLASS_LOCK_PI
@@ -648,50 +657,62 @@ fn account(call: &FutexCall, ret: i64, now: u64, unpaired: bool) {
     }
     if call.flags & FUTEX_CALL_PI_WORD != 0 {
         let owner = call.pi_word & FUTEX_TID_MASK;
-        if owner != 0 && call.ts_ns >= s.pi_owner_ts {
-            s.pi_owner_tid = owner as u64;
-            s.pi_owner_ts = call.ts_ns;
+        // The latest owner seen: two CPUs storing one at the same moment may leave the
+        // other's thread with this time (either was the owner then).
+        // SAFETY: fields of a live map value; the pair is only ever written here.
+        unsafe {
+            if owner != 0 && call.ts_ns >= read_volatile(addr_of!((*s).pi_owner_ts)) {
+                write_volatile(addr_of_mut!((*s).pi_owner_tid), owner as u64);
+                shared::store_max(addr_of_mut!((*s).pi_owner_ts), call.ts_ns);
+            }
         }
         if call.pi_word & FUTEX_OWNER_DIED != 0 {
-            s.pi_owner_died += 1;
+            add!(pi_owner_died, 1);
         }
     }
     if call.flags & FUTEX_CALL_PI_UNREADABLE != 0 {
-        s.pi_word_unreadable += 1;
+        add!(pi_word_unreadable, 1);
     }
 
     // One update of the wait statistics for the three outcomes that waited: each copy
     // of it is verified again along every path that reaches it.
     let (waited, failed) = match futex_outcome(class, ret) {
         FUTEX_OUTCOME_EAGAIN => {
-            s.eagain += 1;
+            add!(eagain, 1);
             (false, false)
         }
         FUTEX_OUTCOME_WAITED => (true, false),
         FUTEX_OUTCOME_TIMEOUT => {
-            s.timeouts += 1;
+            add!(timeouts, 1);
             (true, true)
         }
         FUTEX_OUTCOME_INTERRUPTED => {
-            s.interrupted += 1;
+            add!(interrupted, 1);
             (true, true)
         }
         FUTEX_OUTCOME_ERROR => {
-            s.errors += 1;
+            add!(errors, 1);
             (false, false)
         }
         FUTEX_OUTCOME_WOKE => {
-            s.woken += ret as u64;
+            add!(woken, ret as u64);
             (false, false)
         }
         FUTEX_OUTCOME_REQUEUED => {
-            s.requeued += ret as u64;
+            add!(requeued, ret as u64);
             (false, false)
         }
         _ => (false, false),
     };
-    if waited {
-        s.wait.add(now.saturating_sub(call.ts_ns), failed);
+    if waited
+        && !crate::maps::add_wait_shared(
+            // SAFETY: a field of a live map value.
+            unsafe { addr_of_mut!((*s).wait) },
+            now.saturating_sub(call.ts_ns),
+            failed,
+        )
+    {
+        fcount(FCNT_LOST_MINMAX);
     }
 }
 

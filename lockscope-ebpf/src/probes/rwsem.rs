@@ -31,7 +31,7 @@ use aya_ebpf::{
     bindings::{BPF_F_NO_PREALLOC, BPF_NOEXIST},
     helpers::{bpf_get_current_pid_tgid, bpf_probe_read_kernel},
     macros::{btf_tracepoint, fentry, fexit, kprobe, kretprobe, map},
-    maps::{Array, HashMap, PerCpuArray, PerCpuHashMap},
+    maps::{Array, HashMap, PerCpuArray},
     programs::{BtfTracePointContext, FEntryContext, FExitContext, ProbeContext, RetProbeContext},
 };
 use lockscope_common::*;
@@ -53,10 +53,11 @@ pub static RWSEM_CONFIG: Global<RwsemConfig> = Global::new(RwsemConfig {
 #[map]
 static RWSEM_HOOKS: Array<u32> = Array::with_max_entries(1, 0);
 
-/// Per lock, process and side: event counts.
+/// Per lock, process and side: event counts. Shared, updated atomically
+/// (`lockscope_common::shared`): no per-CPU copy of each entry.
 #[map]
-static RWSEM_EVENT_STATS: PerCpuHashMap<RwsemEventKey, RwsemEventCounts> =
-    PerCpuHashMap::with_max_entries(RWSEM_EVENTS_MAX_ENTRIES, 0);
+static RWSEM_EVENT_STATS: HashMap<RwsemEventKey, RwsemEventCounts> =
+    HashMap::with_max_entries(RWSEM_EVENTS_MAX_ENTRIES, 0);
 
 /// System-wide (within the target filter) totals per event, then `RWC_*` slots.
 #[map]
@@ -112,7 +113,7 @@ fn count_event(sem: u64, side: u32, ev: u32) {
     };
     let mut slot = RWSEM_EVENT_STATS.get_ptr_mut(key);
     if slot.is_none() {
-        // -EEXIST: an interrupt on this CPU inserted it first; the lookup finds it.
+        // -EEXIST: another CPU or an interrupt inserted it first; the lookup finds it.
         // By reference: the value is read from .rodata instead of being copied to the
         // stack (the copy overflowed the 512-byte stack on 6.1's verifier).
         #[allow(clippy::needless_borrows_for_generic_args)]
@@ -121,10 +122,9 @@ fn count_event(sem: u64, side: u32, ev: u32) {
     }
     match slot {
         Some(s) => {
-            // SAFETY: a live map value (per-CPU: this CPU's), used before the program returns, not aliased.
-            let s = unsafe { &mut *s };
-            if let Some(n) = s.n.get_mut(ev) {
-                *n += 1;
+            if ev < RWSEM_EVENTS {
+                // SAFETY: a field of a live map value, which every CPU updates atomically.
+                unsafe { shared::add(core::ptr::addr_of_mut!((*s).n[ev]), 1) };
             }
         }
         None => rwc(RWC_LOST_MAP_FULL),

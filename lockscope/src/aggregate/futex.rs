@@ -316,15 +316,16 @@ impl FutexEvents {
 
 /// The `lost` counters of the futex probes, by name.
 pub fn futex_lost(s: &FutexSnapshot) -> BTreeMap<String, u64> {
-    let mut lost: BTreeMap<String, u64> = [FCNT_LOST_STATS_FULL, FCNT_LOST_CALL_FULL]
-        .into_iter()
-        .map(|i| {
-            (
-                FUTEX_COUNTER_NAMES[i as usize].to_owned(),
-                s.counters[i as usize],
-            )
-        })
-        .collect();
+    let mut lost: BTreeMap<String, u64> =
+        [FCNT_LOST_STATS_FULL, FCNT_LOST_CALL_FULL, FCNT_LOST_MINMAX]
+            .into_iter()
+            .map(|i| {
+                (
+                    FUTEX_COUNTER_NAMES[i as usize].to_owned(),
+                    s.counters[i as usize],
+                )
+            })
+            .collect();
     // Calls whose thread died inside them (killed in a wait): neither timed nor counted.
     let live: u64 = super::stats::saturating_sum(s.in_progress.values().copied());
     lost.insert(

@@ -144,6 +144,7 @@ pub fn lost_counts(c: &[u64; COUNTERS_LEN as usize]) -> BTreeMap<String, u64> {
         CNT_LOST_LOCK_GEN,
         CNT_LOST_TARGET_FULL,
         CNT_LOST_END_MISSED,
+        CNT_LOST_MINMAX,
     ]
     .into_iter()
     .map(|i| (COUNTER_NAMES[i as usize].to_owned(), c[i as usize]))

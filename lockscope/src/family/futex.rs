@@ -6,7 +6,6 @@
 use std::path::Path;
 
 use aya::Ebpf;
-use lockscope_common::futex_stats_entries;
 
 use super::{Attach, Build, Detach, Doctor, Family, Globals, Prepare, Read};
 use crate::{
@@ -74,7 +73,6 @@ pub fn wants_futex(types: &Option<Vec<LockType>>) -> bool {
 #[derive(Default)]
 pub struct Futex {
     wanted: bool,
-    cpus: u32,
     /// `LoadOptions::pthread_ring_bytes`.
     ring_bytes: u32,
     /// The futex probes are attached (user-space locks are recorded).
@@ -177,15 +175,12 @@ impl Family for Futex {
             .types
             .as_ref()
             .map(|ts| ts.iter().copied().filter(|t| t.is_user()).collect());
-        self.cpus = aya::util::nr_cpus().map(|n| n as u32).unwrap_or(1);
         self.ring_bytes = cx.opts.pthread_ring_bytes;
         self.mode = cx.opts.futex_mode;
         Ok(())
     }
 
     fn globals(&self, out: &mut Globals) {
-        out.map_sizes
-            .push(("FUTEX_STATS", futex_stats_entries(self.cpus)));
         out.map_sizes.push(("PTHREAD_EVENTS", self.ring_bytes));
         // pthread attribution unwinds at the futex exit, which blocking mode does not see.
         out.set(

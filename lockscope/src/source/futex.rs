@@ -63,10 +63,10 @@ pub fn read_futex(
     let mut before = read_hot(ebpf)?;
     let mut tries = 0;
     let after = loop {
-        snap.stats =
-            batch::percpu_entries::<FutexKey, FutexStats, _>(ebpf, "FUTEX_STATS", |cpus| {
-                FutexTotals::merge_cpus(cpus.collect::<Vec<_>>().iter())
-            })?;
+        snap.stats = batch::hash_entries::<FutexKey, FutexStats>(ebpf, "FUTEX_STATS")?
+            .into_iter()
+            .map(|(k, v)| (k, FutexTotals::merge_cpus([&v])))
+            .collect();
         let after = read_hot(ebpf)?;
         tries += 1;
         if hot_reads_agree(&before, &after) || tries == HOT_READ_TRIES {

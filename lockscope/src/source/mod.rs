@@ -13,7 +13,7 @@ pub mod spin;
 use anyhow::Context as _;
 use aya::{
     Ebpf,
-    maps::{HashMap as AyaHashMap, MapData, MapError, PerCpuArray, PerCpuHashMap},
+    maps::{HashMap as AyaHashMap, MapData, MapError, PerCpuArray},
 };
 use lockscope_common::{
     CNT_TASK_WAITS_CREATED, CNT_TASK_WAITS_ENDED, COUNTERS_LEN, ContentionKey, ContentionStats,
@@ -53,24 +53,18 @@ pub fn read_recursion_misses(ebpf: &Ebpf) -> u64 {
         .sum()
 }
 
-/// Cumulative (contended, wait) per (lock, type), summed over stacks, tasks and CPUs.
+/// Cumulative (contended, wait) per (lock, type), summed over stacks and tasks.
 pub fn read_lock_totals(ebpf: &Ebpf) -> anyhow::Result<Vec<LockTotals>> {
-    let stats: PerCpuHashMap<&MapData, ContentionKey, ContentionStats> = PerCpuHashMap::try_from(
-        ebpf.map("CONTENTION_STATS")
-            .context("CONTENTION_STATS map")?,
-    )?;
     let mut sums: BTreeMap<(u64, LockType), (u64, u64)> = BTreeMap::new();
-    for entry in stats.iter() {
-        let (key, values) = entry.context("reading CONTENTION_STATS")?;
+    for (key, v) in batch::hash_entries::<ContentionKey, ContentionStats>(ebpf, "CONTENTION_STATS")?
+    {
         // Per address: the owner generations of a reused address are summed.
         let Ok(t) = LockType::from_flags(lockscope_common::flags_kind(key.flags)) else {
             continue;
         };
         let s = sums.entry((key.lock, t)).or_default();
-        for v in values.iter() {
-            s.0 += v.count;
-            s.1 += v.total_ns;
-        }
+        s.0 += v.count;
+        s.1 += v.total_ns;
     }
     Ok(sums
         .into_iter()
@@ -108,16 +102,9 @@ pub fn read_stacks(ebpf: &Ebpf, ids: &[u64]) -> anyhow::Result<HashMap<u64, Vec<
     Ok(out)
 }
 
-/// Waits per (lock, flags, holder), summed over CPUs.
+/// Waits per (lock, flags, holder).
 pub fn read_holders(ebpf: &Ebpf) -> anyhow::Result<Vec<(HolderKey, HolderStats)>> {
-    batch::percpu_entries::<HolderKey, HolderStats, _>(ebpf, "HOLDER_STATS", |cpus| {
-        let mut sum = HolderStats::default();
-        for c in cpus {
-            sum.count = sum.count.saturating_add(c.count);
-            sum.total_ns = sum.total_ns.saturating_add(c.total_ns);
-        }
-        sum
-    })
+    batch::hash_entries::<HolderKey, HolderStats>(ebpf, "HOLDER_STATS")
 }
 
 /// A thread's or process's current name from /proc (`path`), when it still runs.
@@ -147,11 +134,10 @@ pub const CONTENTION_TASK_ITER: &str = "contention_task_iter";
 pub fn read_contention(ebpf: &Ebpf, raw: &mut RawSnapshot) -> anyhow::Result<()> {
     raw.counters = read_counters(ebpf)?;
     // Whole-map reads in batches (see `batch`): a few syscalls per map, not two per entry.
-    raw.stats = batch::percpu_entries::<ContentionKey, ContentionStats, _>(
-        ebpf,
-        "CONTENTION_STATS",
-        |cpus| crate::aggregate::WaitStats::from_cpus(cpus.collect::<Vec<_>>().iter()),
-    )?;
+    raw.stats = batch::hash_entries::<ContentionKey, ContentionStats>(ebpf, "CONTENTION_STATS")?
+        .into_iter()
+        .map(|(k, v)| (k, crate::aggregate::WaitStats::from_raw(&v)))
+        .collect();
     raw.lock_info = batch::hash_entries::<u64, LockInfo>(ebpf, "LOCK_INFO")?
         .into_iter()
         .collect();
@@ -205,19 +191,8 @@ pub fn read_cgroups(ebpf: &Ebpf, raw: &mut RawSnapshot) -> anyhow::Result<()> {
 
 /// rwsem lock events per (lock, process, side) and their counters.
 pub fn read_rwsem_events(ebpf: &Ebpf, raw: &mut RawSnapshot) -> anyhow::Result<()> {
-    raw.rwsem_events = batch::percpu_entries::<RwsemEventKey, RwsemEventCounts, _>(
-        ebpf,
-        "RWSEM_EVENT_STATS",
-        |cpus| {
-            let mut sum = RwsemEventCounts::default();
-            for cpu in cpus {
-                for (s, v) in sum.n.iter_mut().zip(cpu.n.iter()) {
-                    *s += v;
-                }
-            }
-            sum
-        },
-    )?;
+    raw.rwsem_events =
+        batch::hash_entries::<RwsemEventKey, RwsemEventCounts>(ebpf, "RWSEM_EVENT_STATS")?;
     let counters: PerCpuArray<&MapData, u64> =
         PerCpuArray::try_from(ebpf.map("RWSEM_COUNTERS").context("RWSEM_COUNTERS map")?)?;
     raw.rwsem_counters = (0..RWSEM_COUNTERS_LEN)
