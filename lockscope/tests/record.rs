@@ -723,3 +723,47 @@ fn a_command_that_ignores_ctrl_c_holds_neither_the_report_nor_the_shell() {
     // The command's end is passed through: killed by SIGTERM.
     assert_eq!(status.code(), Some(128 + libc::SIGTERM), "{stderr}");
 }
+
+/// The probes' memory does not grow with the number of CPUs: no aggregation hash is
+/// per-CPU (each of their entries would be paid once per CPU: 20.6 MB per CPU when they
+/// were, 7.5 kB since), only small per-CPU arrays remain. Read from the recording
+/// process's own map descriptors (`/proc/PID/fdinfo`) while its command runs.
+#[test]
+fn per_cpu_maps_stay_small() {
+    require_root();
+    let _serial = serial();
+    let file = scratch("percpu").join("rec.json");
+    let out = record_script(
+        &file,
+        "for f in /proc/$PPID/fdinfo/*; do \
+           grep -q '^map_type' \"$f\" 2>/dev/null && \
+           echo \"map $(grep -E '^(map_type|value_size|max_entries)' \"$f\" | tr -d '\\t' | tr '\\n' ' ')\"; \
+         done; true",
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let maps: Vec<BTreeMap<&str, u64>> = stdout
+        .lines()
+        .filter_map(|l| l.strip_prefix("map "))
+        .map(|l| {
+            l.split_whitespace()
+                .filter_map(|kv| kv.split_once(':'))
+                .map(|(k, v)| (k, v.parse().unwrap()))
+                .collect()
+        })
+        .collect();
+    assert!(maps.len() >= 20, "the recording's maps: {stdout}");
+    // PERCPU_HASH, PERCPU_ARRAY, LRU_PERCPU_HASH, PERCPU_CGROUP_STORAGE.
+    let per_cpu: Vec<_> = maps
+        .iter()
+        .filter(|m| [5, 6, 10, 20].contains(&m["map_type"]))
+        .collect();
+    assert!(!per_cpu.is_empty(), "the per-CPU arrays are seen: {stdout}");
+    let bytes_per_cpu: u64 = per_cpu
+        .iter()
+        .map(|m| m["value_size"].next_multiple_of(8) * m["max_entries"])
+        .sum();
+    assert!(
+        bytes_per_cpu <= 64 << 10,
+        "{bytes_per_cpu} bytes of per-CPU maps per CPU: {per_cpu:?}"
+    );
+}
