@@ -766,6 +766,13 @@ fn start_stop_rounds(ctx: &Ctx, tag: &str) -> Result<StartStop> {
                 ss.top_key_peer_s.push(key_peer_s);
             }
             TopRun::NoScreen => ss.top_no_screen += 1,
+            TopRun::NoQuit {
+                start_s,
+                key_peer_s,
+            } => {
+                ss.top_start_s.push(start_s);
+                ss.top_no_quit_peer_s.push(key_peer_s);
+            }
         }
     }
     Ok(ss)
@@ -914,10 +921,16 @@ enum TopRun {
     },
     /// No screen within [`TOP_START_LIMIT`] (killed then).
     NoScreen,
+    /// Not exited within [`TOP_QUIT_LIMIT`] of `q` (killed then), and when a key pressed
+    /// at the same moment reached a plain reader (`None`: not within that time either).
+    NoQuit {
+        start_s: f64,
+        key_peer_s: Option<f64>,
+    },
 }
 
 const TOP_START_LIMIT: Duration = Duration::from_secs(120);
-const TOP_QUIT_LIMIT: Duration = Duration::from_secs(180);
+const TOP_QUIT_LIMIT: Duration = Duration::from_secs(TOP_QUIT_WAIT_S as u64);
 
 /// A pseudo-terminal (master, slave) of 45 x 160, both close-on-exec: a child holding
 /// the master would keep the terminal up.
@@ -1106,7 +1119,14 @@ fn top_quit(ctx: &Ctx, name: &str) -> Result<TopRun> {
                 });
             }
             if Instant::now() > deadline {
-                bail!("bench: `lockscope top` did not exit within {TOP_QUIT_LIMIT:?} of `q`");
+                // Beside a ptrace storm the kernel has held a key longer than this: a
+                // measure (judged against the plain reader's key), not a failed bench.
+                println!("        `lockscope top` had not exited {TOP_QUIT_LIMIT:?} after `q`");
+                let _ = child.kill();
+                return Ok(TopRun::NoQuit {
+                    start_s,
+                    key_peer_s: peer.delivered(pressed, Duration::from_millis(10)),
+                });
             }
             std::thread::sleep(Duration::from_millis(2));
         }

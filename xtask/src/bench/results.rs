@@ -259,6 +259,11 @@ pub struct StartStop {
     /// Runs in which `lockscope top` drew no screen within 120 s (no `q` was timed).
     #[serde(default)]
     pub top_no_screen: u32,
+    /// Runs in which `lockscope top` had not exited 180 s after `q` (killed then), each
+    /// with its peer: when the key to the plain reader came, seconds after it was pressed
+    /// (`None`: not within those 180 s either).
+    #[serde(default)]
+    pub top_no_quit_peer_s: Vec<Option<f64>>,
     /// The peer: `setsid -w true` (any program in a session of its own, as a new
     /// terminal window or tmux pane starts one), wall seconds, per run.
     #[serde(default)]
@@ -763,6 +768,7 @@ fn start_stop_checks(out: &mut Vec<TargetCheck>, ss: &StartStop, beside: &str) {
             limit: 0.5,
             extra: String::new(),
             failed: 0,
+            held_unfinished: 0,
         }
         .judge(),
     );
@@ -799,6 +805,9 @@ struct PeerCheck<'a> {
     limit: f64,
     extra: String,
     failed: u32,
+    /// Runs that never ended within the bench's wait, but whose peer waited as long:
+    /// slow, and held by the kernel like the slow runs the peer explains.
+    held_unfinished: u32,
 }
 
 impl PeerCheck<'_> {
@@ -812,8 +821,9 @@ impl PeerCheck<'_> {
             limit,
             extra,
             failed,
+            held_unfinished,
         } = self;
-        if runs.is_empty() && failed == 0 {
+        if runs.is_empty() && failed == 0 && held_unfinished == 0 {
             return check(&target, "n/a".into(), None);
         }
         let list = |v: &mut dyn Iterator<Item = String>| v.collect::<Vec<_>>().join(", ");
@@ -837,7 +847,8 @@ impl PeerCheck<'_> {
             // No peer measured (an older result): nothing explains the wait.
             None => false,
         };
-        if failed == 0 && !slow.is_empty() && slow.iter().all(|&i| held(i)) {
+        if failed == 0 && (!slow.is_empty() || held_unfinished > 0) && slow.iter().all(|&i| held(i))
+        {
             measured += &format!(
                 "; every slow run {held_is} (the peer waited as long): lockscope's own part \
                  was within the limit"
@@ -848,7 +859,11 @@ impl PeerCheck<'_> {
                 status: "inconclusive".into(),
             };
         }
-        check(&target, measured, Some(failed == 0 && slow.is_empty()))
+        check(
+            &target,
+            measured,
+            Some(failed == 0 && slow.is_empty() && held_unfinished == 0),
+        )
     }
 }
 
@@ -857,6 +872,29 @@ impl PeerCheck<'_> {
 fn top_quit_check(ss: &StartStop, beside: &str) -> TargetCheck {
     let none = ss.top_no_screen;
     let starts: Vec<String> = ss.top_start_s.iter().map(|x| format!("{x:.2}")).collect();
+    // A run that never quit is the kernel's when the peer's key did not come in time to
+    // explain lockscope's part either (it came within half a second of the wait's end, or
+    // never).
+    let wait = TOP_QUIT_WAIT_S;
+    let held = |p: &Option<f64>| p.is_none_or(|p| p >= wait - 0.5);
+    let unfinished = &ss.top_no_quit_peer_s;
+    let held_unfinished = unfinished.iter().filter(|p| held(p)).count() as u32;
+    let mut notes = String::new();
+    if none > 0 {
+        notes += &format!("; {none} run(s) drew no screen within 120 s");
+    }
+    if !unfinished.is_empty() {
+        let peers: Vec<String> = unfinished
+            .iter()
+            .map(|p| p.map_or_else(|| format!("over {wait:.0}"), |p| format!("{p:.3}")))
+            .collect();
+        notes += &format!(
+            "; {} run(s) had not exited {wait:.0} s after `q` (the plain reader's key came \
+             after [{}] s)",
+            unfinished.len(),
+            peers.join(", ")
+        );
+    }
     PeerCheck {
         target: format!("`q` in `top` gives the shell back within 0.5 s{beside}"),
         runs: &ss.top_quit_s,
@@ -864,19 +902,15 @@ fn top_quit_check(ss: &StartStop, beside: &str) -> TargetCheck {
         peer_is: "a key pressed on another terminal at the same moment reached a plain reader",
         held_is: "waited for the kernel to deliver the key",
         limit: 0.5,
-        extra: format!(
-            " (first screen after [{}] s){}",
-            starts.join(", "),
-            if none > 0 {
-                format!("; {none} run(s) drew no screen within 120 s")
-            } else {
-                String::new()
-            }
-        ),
-        failed: none,
+        extra: format!(" (first screen after [{}] s){notes}", starts.join(", ")),
+        failed: none + unfinished.len() as u32 - held_unfinished,
+        held_unfinished,
     }
     .judge()
 }
+
+/// How long the bench waits for `top` to exit after `q` (`TOP_QUIT_LIMIT` in bench.rs).
+pub const TOP_QUIT_WAIT_S: f64 = 180.0;
 
 fn check(target: &str, measured: String, met: Option<bool>) -> TargetCheck {
     TargetCheck {
@@ -2279,6 +2313,27 @@ mod tests {
         // Fast runs are met whatever the peer did; without a peer, slow is missed.
         assert_eq!(quit(vec![0.1], vec![Some(9.0)]).status, "met");
         assert_eq!(quit(vec![3.0], vec![]).status, "missed");
+        // A run that never quit: the kernel's when the peer's key had not come either.
+        let unfinished = |peer: Option<f64>| {
+            let ss = StartStop {
+                top_start_s: vec![0.5, 0.5],
+                top_quit_s: vec![0.07],
+                top_key_peer_s: vec![Some(0.001)],
+                top_no_quit_peer_s: vec![peer],
+                ..Default::default()
+            };
+            top_quit_check(&ss, "")
+        };
+        let c = unfinished(None);
+        assert_eq!(c.status, "inconclusive", "{}", c.measured);
+        assert!(
+            c.measured
+                .contains("1 run(s) had not exited 180 s after `q` (the plain reader's key came after [over 180] s)"),
+            "{}",
+            c.measured
+        );
+        assert_eq!(unfinished(Some(179.8)).status, "inconclusive");
+        assert_eq!(unfinished(Some(0.002)).status, "missed");
         // Ctrl-C has its own peer: a plain sleep interrupted at the same moment.
         let ss = StartStop {
             record_sigint_s: vec![4.6],
