@@ -3,9 +3,9 @@
 //! The large aggregation maps are shared rather than per-CPU: a per-CPU entry costs its
 //! size once per possible CPU (16,384 wait entries of 424 bytes are 7 MB shared and 890 MB
 //! on a 128-CPU machine), and each per-CPU element is one allocation under the kernel's
-//! `pcpu_alloc_mutex` when the map is made and one more free when it goes, which a busy
-//! machine turns into seconds of start and into stalls of every other task that allocates
-//! per-CPU memory (each `fork` does). Additions are atomic; a minimum or maximum is a
+//! `pcpu_alloc_mutex` when the map is made and one more free when it goes (65,536 of
+//! each per run before, and that mutex was seen held for seconds on a busy machine: see
+//! docs/development.md). Additions are atomic; a minimum or maximum is a
 //! compare-and-exchange retried while other CPUs keep moving it, up to [`MINMAX_TRIES`]
 //! times: the caller counts a give-up, so nothing is lost silently.
 

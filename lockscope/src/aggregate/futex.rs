@@ -120,7 +120,7 @@ pub struct FutexTotals {
 }
 
 impl FutexTotals {
-    /// Sum a per-CPU map value over CPUs.
+    /// Sum map values: a shared `FUTEX_STATS` entry is one, test inputs may be several.
     pub fn merge_cpus<'a>(values: impl IntoIterator<Item = &'a FutexStats>) -> Self {
         let mut wait = WaitStats::default();
         let mut c = FutexStats::EMPTY;
