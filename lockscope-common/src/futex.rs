@@ -393,6 +393,25 @@ pub const NR_FUTEX_WAKE_X86_64: i32 = 454;
 /// x86_64 numbers of futex_waitv(2) and futex_wait(2).
 pub const NR_FUTEX_WAITV_X86_64: i32 = 449;
 pub const NR_FUTEX_WAIT_X86_64: i32 = 455;
+/// x86_64 numbers of futex_requeue(2) and restart_syscall(2).
+pub const NR_FUTEX_REQUEUE_X86_64: i32 = 456;
+pub const NR_RESTART_SYSCALL_X86_64: i32 = 219;
+
+/// Does system call `nr` (x86_64, as the raw `sys_enter`/`sys_exit` tracepoints give
+/// it) concern the futex probes: a futex syscall or `restart_syscall`? Every system call
+/// of the machine asks this, first; all other calls return at once. `entry`: at entry
+/// `futex_wake` is not one (the exit handles it whole, see [`futex_stateless`]).
+#[inline(always)]
+pub const fn futex_raw_nr(nr: i64, entry: bool) -> bool {
+    // futex(2) and restart_syscall are far from the futex2 block (449, 454-456).
+    if nr < NR_FUTEX_WAITV_X86_64 as i64 {
+        nr == NR_FUTEX_X86_64 as i64 || nr == NR_RESTART_SYSCALL_X86_64 as i64
+    } else {
+        nr == NR_FUTEX_WAITV_X86_64 as i64
+            || (nr >= NR_FUTEX_WAKE_X86_64 as i64 + entry as i64
+                && nr <= NR_FUTEX_REQUEUE_X86_64 as i64)
+    }
+}
 
 /// Task states (`include/linux/sched.h`) of `sched_switch`'s `prev_state`.
 pub const TASK_INTERRUPTIBLE: u32 = 0x1;
@@ -619,6 +638,20 @@ mod tests {
         h.fold_into(&mut s);
         assert_eq!(s.calls[FUTEX2_WAKE as usize], 6);
         assert_eq!((s.shared_calls, s.woken, s.errors), (2, 4, 2));
+    }
+
+    #[test]
+    fn the_raw_syscall_probes_pick_the_futex_calls_and_restart_syscall() {
+        for nr in 0..1024i64 {
+            let futex = matches!(nr, 202 | 219 | 449 | 454 | 455 | 456);
+            assert_eq!(futex_raw_nr(nr, false), futex, "exit {nr}");
+            // futex_wake is handled whole at its exit.
+            assert_eq!(futex_raw_nr(nr, true), futex && nr != 454, "entry {nr}");
+        }
+        // No syscall (-1), an x32 futex (the x32 bit set): not ours.
+        for nr in [-1, 0x4000_0000 | 202, i64::MIN, i64::MAX] {
+            assert!(!futex_raw_nr(nr, false) && !futex_raw_nr(nr, true), "{nr}");
+        }
     }
 
     #[test]

@@ -498,3 +498,41 @@ fn blocking_mode_does_not_count_a_stop_as_a_wait() {
         "each sleep from its wait's start to the stop (~0.5 s): {l}"
     );
 }
+
+/// On x86_64 the futex probes are BPF links on the raw `sys_enter`/`sys_exit`
+/// tracepoints (released at once, no perf event); where the kernel refuses those, the
+/// per-syscall tracepoints count the same calls exactly, and a note says why.
+#[test]
+#[cfg(target_arch = "x86_64")]
+fn the_raw_syscall_tracepoints_and_their_fallback_count_alike() {
+    let _serial = serial();
+    // What is attached while a command runs: the command lists the kernel's BPF links.
+    let out = run_ok(lockscope().args(["record", "--", "bpftool", "link", "list"]));
+    let links = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        links.contains("tp 'sys_enter'") && links.contains("tp 'sys_exit'"),
+        "{links}"
+    );
+    let out = run_ok(lockscope().args(["record", "--", "bpftool", "perf", "list"]));
+    let perf = String::from_utf8_lossy(&out.stdout);
+    assert!(!perf.contains("sys_enter_futex"), "{perf}");
+
+    let file = scratch("futex-fallback").join("rec.json");
+    let out = run_ok(
+        lockscope()
+            .env("LOCKSCOPE_TEST_UNAVAILABLE", "futex-raw")
+            .arg("record")
+            .arg("-o")
+            .arg(&file)
+            .args(["--", bin(), "workload"])
+            .args(contended("futex-mutex")),
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("futex-raw: not attached"), "said: {stderr}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let rec = read_json(&file);
+    let s = summary(&stdout);
+    let l = lock_of(&rec, &s, &stdout);
+    assert_nothing_lost_in_futex(&rec);
+    assert_wait_wake_exact(&s, &l);
+}

@@ -10,7 +10,10 @@
 
 mod parse;
 mod proc;
+mod rawfloor;
 mod results;
+
+pub use rawfloor::run as raw_floor;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -60,8 +63,9 @@ enum Tool {
     Serve,
     Perf,
     Bpftrace,
-    /// Empty programs on the syscall tracepoints lockscope's futex probes use: what any
-    /// tracer of futex calls costs every system call on the machine, before its own work.
+    /// Empty programs on the syscall tracepoints lockscope's futex probes use (the raw
+    /// `sys_enter`/`sys_exit` on x86_64): what any tracer of futex calls there costs every
+    /// system call on the machine, before its own work.
     SyscallFloor,
     /// `lockscope record -- <the workload>`: the workload is the traced process.
     RecordCommand,
@@ -94,9 +98,10 @@ tracepoint:lock:contention_end /@start[tid]/ {
 }
 END { clear(@start); }";
 
-/// Empty programs on the syscall tracepoints the futex probes attach to on x86_64 (the
-/// family's `attached_programs`: futex(2), the futex2 calls but `futex_wake`'s entry,
-/// restart_syscall): attaching any makes every task take the traced syscall path.
+/// Empty programs on the per-syscall tracepoints the futex probes attach to where the
+/// raw ones are refused (the family's `attached_programs`: futex(2), the futex2 calls
+/// but `futex_wake`'s entry, restart_syscall): attaching any makes every task take the
+/// traced syscall path.
 const BPFTRACE_SYSCALL_FLOOR: &str = "\
 tracepoint:syscalls:sys_enter_futex, tracepoint:syscalls:sys_exit_futex,
 tracepoint:syscalls:sys_enter_futex_wait, tracepoint:syscalls:sys_exit_futex_wait,
@@ -104,6 +109,15 @@ tracepoint:syscalls:sys_exit_futex_wake,
 tracepoint:syscalls:sys_enter_futex_waitv, tracepoint:syscalls:sys_exit_futex_waitv,
 tracepoint:syscalls:sys_enter_futex_requeue, tracepoint:syscalls:sys_exit_futex_requeue,
 tracepoint:syscalls:sys_enter_restart_syscall, tracepoint:syscalls:sys_exit_restart_syscall { }";
+
+/// A program run beside lockscope in the cost measurements.
+#[derive(Debug, Clone, Copy)]
+enum Peer {
+    /// A bpftrace script.
+    Bpftrace(&'static str),
+    /// Empty programs on the raw `sys_enter`/`sys_exit` tracepoints (`raw-floor`).
+    RawSyscallFloor,
+}
 
 /// An empty program on the same tracepoint: the floor of cost per event.
 const BPFTRACE_FLOOR: &str = "tracepoint:lock:contention_begin { }";
@@ -1320,8 +1334,18 @@ fn run_once(ctx: &Ctx, tool: Tool, spec: &WorkloadSpec) -> Result<RunSample> {
             Some(Proc::spawn(c, dir, "bpftrace", true)?)
         }
         Tool::SyscallFloor => {
-            let mut c = Command::new("bpftrace");
-            c.args(["-e", BPFTRACE_SYSCALL_FLOOR, "-c"]).arg(&ctx.cat);
+            // The raw tracepoints where lockscope's futex probes are (x86_64), else the
+            // per-syscall ones.
+            let mut c = if cfg!(target_arch = "x86_64") {
+                let mut c = Command::new(std::env::current_exe()?);
+                c.args(["raw-floor", "--"]);
+                c
+            } else {
+                let mut c = Command::new("bpftrace");
+                c.args(["-e", BPFTRACE_SYSCALL_FLOOR, "-c"]);
+                c
+            };
+            c.arg(&ctx.cat);
             Some(Proc::spawn(c, dir, "syscall-floor", true)?)
         }
     };
@@ -1551,7 +1575,7 @@ fn side_by_side(
     ctx: &Ctx,
     name: &str,
     record_args: &[&str],
-    peers: &[(&str, &str)],
+    peers: &[(&str, Peer)],
     workload: &[String],
     peers_first: bool,
 ) -> Result<(Vec<ProgCost>, f64)> {
@@ -1585,9 +1609,20 @@ fn side_by_side(
         ready(&mut procs[0].1)?;
     }
     let mut peer_procs = Vec::new();
-    for (owner, script) in peers {
-        let mut c = Command::new("bpftrace");
-        c.args(["-e", script, "-c"]).arg(&ctx.cat);
+    for (owner, peer) in peers {
+        let mut c = match peer {
+            Peer::Bpftrace(script) => {
+                let mut c = Command::new("bpftrace");
+                c.args(["-e", script, "-c"]);
+                c
+            }
+            Peer::RawSyscallFloor => {
+                let mut c = Command::new(std::env::current_exe()?);
+                c.args(["raw-floor", "--"]);
+                c
+            }
+        };
+        c.arg(&ctx.cat);
         let mut p = Proc::spawn(c, dir, &format!("{name}-{owner}"), true)?;
         ready(&mut p)?;
         peer_procs.push((*owner, p));
@@ -1655,7 +1690,7 @@ fn side_by_side_fair(
     ctx: &Ctx,
     name: &str,
     record_args: &[&str],
-    peers: &[(&str, &str)],
+    peers: &[(&str, Peer)],
     workload: &[String],
 ) -> Result<(Vec<ProgCost>, f64, [Vec<ProgCost>; 2])> {
     let (a, cpu_a) = side_by_side(ctx, name, record_args, peers, workload, false)?;
@@ -1689,7 +1724,10 @@ fn cost_per_event(ctx: &Ctx) -> Result<Cost> {
         ctx,
         "cost",
         &[],
-        &[("floor", BPFTRACE_FLOOR), ("peer", BPFTRACE_PEER)],
+        &[
+            ("floor", Peer::Bpftrace(BPFTRACE_FLOOR)),
+            ("peer", Peer::Bpftrace(BPFTRACE_PEER)),
+        ],
         &churn,
     )?;
     let begin_ns = ns_of(&programs, "lockscope", "contention_beg");
@@ -1758,7 +1796,7 @@ fn blocking_cost(ctx: &Ctx, workload: &[String]) -> Result<SwitchCost> {
         ctx,
         "cost-futex-blocking",
         &["--futex-mode", "blocking"],
-        &[("floor", BPFTRACE_SWITCH_FLOOR)],
+        &[("floor", Peer::Bpftrace(BPFTRACE_SWITCH_FLOOR))],
         workload,
     )?;
     let of = |programs: Vec<ProgCost>| SwitchCost {
@@ -1784,8 +1822,14 @@ const BLOCKING_PROGRAM: &str = "futex_block_swi";
 /// lockscope's futex probes beside empty programs on the same tracepoints, over two runs
 /// of `workload` (one in each attach order, summed; each order's ratio kept too).
 fn futex_cost(ctx: &Ctx, name: &str, workload: &[String]) -> Result<FutexCost> {
-    let (programs, _, by_order) =
-        side_by_side_fair(ctx, name, &[], &[("floor", BPFTRACE_FUTEX_FLOOR)], workload)?;
+    // lockscope's futex probes are on the raw syscall tracepoints on x86_64 (where the
+    // kernel refuses those, on the per-syscall ones: the figures then say n/a).
+    let floor = if cfg!(target_arch = "x86_64") {
+        Peer::RawSyscallFloor
+    } else {
+        Peer::Bpftrace(BPFTRACE_FUTEX_FLOOR)
+    };
+    let (programs, _, by_order) = side_by_side_fair(ctx, name, &[], &[("floor", floor)], workload)?;
     let ratio_by_order = by_order
         .iter()
         .map(|p| futex_cost_of(workload, p.clone()).ratio())
@@ -1799,27 +1843,48 @@ fn futex_cost(ctx: &Ctx, name: &str, workload: &[String]) -> Result<FutexCost> {
 /// The futex probes' figures from the programs of one side-by-side run (or of both
 /// orders merged).
 fn futex_cost_of(workload: &[String], programs: Vec<ProgCost>) -> FutexCost {
-    let f = |owner: &str, lockscope_name: &str, floor_name: &str| {
-        if owner == "lockscope" {
-            ns_of(&programs, owner, lockscope_name)
+    let named =
+        |owner: &str, name: &str| programs.iter().any(|p| p.owner == owner && p.name == name);
+    // On the raw syscall tracepoints (both sides) or the per-syscall ones (both sides):
+    // a mix compares different hooks, and says n/a.
+    let raw = named("lockscope", RAW_ENTER) && named("floor", "sys_enter");
+    let tracefs = named("lockscope", "futex_enter") && !named("floor", "sys_enter");
+    let (enter, exit, floor_enter, floor_exit) = if raw {
+        (RAW_ENTER, RAW_EXIT, "sys_enter", "sys_exit")
+    } else {
+        (
+            "futex_enter",
+            "futex_exit",
+            "sys_enter_futex",
+            "sys_exit_futex",
+        )
+    };
+    let f = |owner: &str, name: &str| {
+        if raw || tracefs {
+            ns_of(&programs, owner, name)
         } else {
-            ns_of(&programs, owner, floor_name)
+            None
         }
     };
     FutexCost {
         workload: workload.join(" "),
         calls: programs
             .iter()
-            .find(|p| p.owner == "lockscope" && p.name == "futex_enter")
+            .find(|p| p.owner == "lockscope" && p.name == enter)
             .map_or(0, |p| p.run_cnt),
-        enter_ns: f("lockscope", "futex_enter", ""),
-        exit_ns: f("lockscope", "futex_exit", ""),
-        floor_enter_ns: f("floor", "", "sys_enter_futex"),
-        floor_exit_ns: f("floor", "", "sys_exit_futex"),
+        enter_ns: f("lockscope", enter),
+        exit_ns: f("lockscope", exit),
+        floor_enter_ns: f("floor", floor_enter),
+        floor_exit_ns: f("floor", floor_exit),
+        raw,
         ratio_by_order: Vec::new(),
         programs,
     }
 }
+
+/// The futex probes' programs on the raw syscall tracepoints, as the kernel names them.
+const RAW_ENTER: &str = "futex_sys_enter";
+const RAW_EXIT: &str = "futex_sys_exit";
 
 /// Capacity ladder: more threads, shorter critical sections.
 fn capacity_plan(quick: bool) -> Vec<Vec<String>> {

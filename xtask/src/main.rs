@@ -174,6 +174,14 @@ enum Cmd {
         render: bool,
     },
 
+    /// Bench helper: empty programs on the raw sys_enter/sys_exit tracepoints while CMD
+    /// runs (the floor of the futex probes' cost on x86_64).
+    #[command(hide = true)]
+    RawFloor {
+        #[arg(last = true, required = true)]
+        cmd: Vec<String>,
+    },
+
     /// Fuzz the recording reader and the `top --connect` snapshot path (cargo-fuzz).
     #[command(
         long_about = "Run each cargo-fuzz target in fuzz/ (recording: a recording \
@@ -218,6 +226,7 @@ fn main() {
                 }
             })
             .and_then(|()| if no_fuzz { Ok(()) } else { fuzz::fuzz(15) }),
+        Cmd::RawFloor { cmd } => bench::raw_floor(&cmd),
         Cmd::Fuzz { seconds } => fuzz::fuzz(seconds),
         Cmd::VmTest { kernel } => vm::vm_test(Some(&kernel)),
         Cmd::Bench {

@@ -234,6 +234,14 @@ fn stateless_exit(ctx: &TracePointContext, ret: i64) -> bool {
     let Some(regs) = current_regs() else {
         return false;
     };
+    stateless_exit_regs(nr, regs, ret)
+}
+
+/// [`stateless_exit`] of call `nr` (futex(2) or futex_wake(2)) with the caller's
+/// registers `regs`.
+#[cfg(bpf_target_arch = "x86_64")]
+#[inline(always)]
+fn stateless_exit_regs(nr: i32, regs: &aya_ebpf::bindings::pt_regs, ret: i64) -> bool {
     let uaddr = regs.rdi;
     let (cmd, op) = if nr == NR_FUTEX_X86_64 {
         let op = regs.rsi as u32;
@@ -388,6 +396,12 @@ fn remember_comm(tgid: u32) {
 /// `restart_syscall` continues a timed futex wait that a signal interrupted.
 #[tracepoint(category = "syscalls", name = "sys_enter_restart_syscall")]
 pub fn futex_restart_enter(_ctx: TracePointContext) -> u32 {
+    restart_enter();
+    0
+}
+
+#[inline(always)]
+fn restart_enter() {
     if let Some(c) = current_call()
         && c.state == FUTEX_CALL_RESTART_BLOCK
     {
@@ -395,6 +409,101 @@ pub fn futex_restart_enter(_ctx: TracePointContext) -> u32 {
         c.restarts += 1;
         fcount(FCNT_RESTART);
     }
+}
+
+/// The futex probes on the raw `sys_enter` tracepoint (x86_64), instead of the
+/// per-syscall tracepoints above: one program sees every system call of the machine
+/// and returns at once unless it is a futex call or `restart_syscall`. A BPF link, not
+/// a perf event: its release waits for no grace period under the kernel's tracing
+/// mutex, which the next start of lockscope (or of any tracer) would queue behind.
+#[cfg(bpf_target_arch = "x86_64")]
+#[btf_tracepoint(function = "sys_enter")]
+pub fn futex_sys_enter(ctx: BtfTracePointContext) -> i32 {
+    // sys_enter(struct pt_regs *regs, long id)
+    let nr: i64 = ctx.arg(1);
+    if !futex_raw_nr(nr, true) {
+        return 0;
+    }
+    let regs: *const aya_ebpf::bindings::pt_regs = ctx.arg(0);
+    // SAFETY: a BTF pointer (the tracepoint's argument), whose loads the verifier checks.
+    let Some(regs) = (unsafe { regs.as_ref() }) else {
+        return 0;
+    };
+    // A 32-bit task's calls have other numbers (the per-syscall tracepoints skip them).
+    if regs.cs != USER64_CS {
+        return 0;
+    }
+    // The arguments as the per-syscall entry programs read them (x86_64: rdi, rsi, rdx,
+    // r10, r8, r9), gathered so that one copy of `on_enter` is verified.
+    let (uaddr, cmd, op, waiters, n, private) = match nr as i32 {
+        NR_FUTEX_X86_64 => {
+            let op = regs.rsi as u32;
+            let cmd = futex_cmd_slot(op);
+            if stateless(NR_FUTEX_X86_64, cmd) {
+                return 0;
+            }
+            (regs.rdi, cmd, op, 0, 0, op & FUTEX_PRIVATE_FLAG)
+        }
+        // futex_wait(uaddr, val, mask, flags, timeout, clockid)
+        NR_FUTEX_WAIT_X86_64 => {
+            let flags = regs.r10 as u32;
+            (regs.rdi, FUTEX2_WAIT, flags, 0, 0, flags & FUTEX2_PRIVATE)
+        }
+        // futex_waitv(waiters, nr_futexes, flags, timeout, clockid)
+        NR_FUTEX_WAITV_X86_64 => {
+            let (uaddr, wflags) = waitv_entry(regs.rdi, 0);
+            let n = regs.rsi as u32;
+            (
+                uaddr,
+                FUTEX2_WAITV,
+                wflags,
+                regs.rdi,
+                n,
+                wflags & FUTEX2_PRIVATE,
+            )
+        }
+        // futex_requeue(waiters[2], flags, nr_wake, nr_requeue)
+        NR_FUTEX_REQUEUE_X86_64 => {
+            let (uaddr, wflags) = waitv_entry(regs.rdi, 0);
+            (
+                uaddr,
+                FUTEX2_REQUEUE,
+                wflags,
+                regs.rdi,
+                2,
+                wflags & FUTEX2_PRIVATE,
+            )
+        }
+        _ => {
+            restart_enter();
+            return 0;
+        }
+    };
+    on_enter(uaddr, cmd, op, waiters, n, private == 0);
+    0
+}
+
+/// The exit of every system call (x86_64): see [`futex_sys_enter`]. The call's number
+/// is the saved `orig_ax`, as the per-syscall exit tracepoints read it.
+#[cfg(bpf_target_arch = "x86_64")]
+#[btf_tracepoint(function = "sys_exit")]
+pub fn futex_sys_exit(ctx: BtfTracePointContext) -> i32 {
+    // sys_exit(struct pt_regs *regs, long ret)
+    let regs: *const aya_ebpf::bindings::pt_regs = ctx.arg(0);
+    // SAFETY: a BTF pointer (the tracepoint's argument), whose loads the verifier checks.
+    let Some(regs) = (unsafe { regs.as_ref() }) else {
+        return 0;
+    };
+    let nr = regs.orig_rax as i64;
+    if !futex_raw_nr(nr, false) || regs.cs != USER64_CS {
+        return 0;
+    }
+    let ret: i64 = ctx.arg(1);
+    let nr = nr as i32;
+    if (nr == NR_FUTEX_X86_64 || nr == NR_FUTEX_WAKE_X86_64) && stateless_exit_regs(nr, regs, ret) {
+        return 0;
+    }
+    on_exit(ret, nr == NR_RESTART_SYSCALL_X86_64);
     0
 }
 

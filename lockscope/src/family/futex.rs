@@ -13,7 +13,7 @@ use crate::{
     decode::LockType,
     probe::{
         Target, features,
-        groups::{self, FUTEX, FUTEX_BLOCKING},
+        groups::{self, FUTEX, FUTEX_BLOCKING, FUTEX_RAW},
         loader::{FutexMode, HookKind, error_chain, try_load},
         pthread::{PthreadProbes, pthread_config},
     },
@@ -91,6 +91,8 @@ pub struct Futex {
     hot_forgotten: std::cell::RefCell<HotForgotten>,
     /// Every call, or only the waits that sleep (`LoadOptions::futex_mode`).
     pub mode: FutexMode,
+    /// Calls mode is attached to the raw syscall tracepoints ([`FUTEX_RAW`]).
+    pub raw: bool,
 }
 
 impl Futex {
@@ -107,6 +109,7 @@ impl Futex {
     fn attach_probes(&mut self, cx: &mut Attach<'_>) -> anyhow::Result<()> {
         let tracefs = features::tracefs_path();
         if self.mode == FutexMode::Calls
+            && !use_raw()
             && let Some(tp) = missing_futex_pair(&tracefs)
         {
             cx.notes.push(format!(
@@ -148,6 +151,8 @@ impl Futex {
                 return Ok(());
             }
             cx.notes.push(BLOCKING_NOTE.to_owned());
+        } else if self.attach_raw(cx)? {
+            self.raw = true;
         } else {
             for (prog, tp) in attached_programs() {
                 if !features::tracepoint_exists(&tracefs, "syscalls", tp) {
@@ -161,6 +166,32 @@ impl Futex {
         self.enabled = true;
         Ok(())
     }
+
+    /// Calls mode on the raw syscall tracepoints ([`FUTEX_RAW`]), where this kernel
+    /// allows them: whether they were attached. Refused, a note says so and the caller
+    /// falls back to the per-syscall tracepoints.
+    fn attach_raw(&mut self, cx: &mut Attach<'_>) -> anyhow::Result<bool> {
+        // Taken for missing by the test switch, the group says so in its note.
+        if !cfg!(target_arch = "x86_64") {
+            return Ok(false);
+        }
+        let mut why = Vec::new();
+        if cx
+            .links
+            .attach_group(cx.ebpf, &FUTEX_RAW, FUTEX_RAW.hooks, cx.btf, &mut why)?
+        {
+            return Ok(true);
+        }
+        cx.notes.extend(why);
+        Ok(false)
+    }
+}
+
+/// Calls mode tries the raw syscall tracepoints first: on x86_64 (the programs read the
+/// call's number and arguments from its saved registers), unless the test switch takes
+/// them for missing.
+fn use_raw() -> bool {
+    cfg!(target_arch = "x86_64") && !groups::switched_off(FUTEX_RAW.name)
 }
 
 impl Family for Futex {
@@ -199,6 +230,10 @@ impl Family for Futex {
             if cfg!(target_arch = "x86_64") {
                 Preload::group(&FUTEX_BLOCKING, out);
             }
+            return;
+        }
+        if use_raw() {
+            Preload::group(&FUTEX_RAW, out);
             return;
         }
         // Only what `attach_probes` will attach: without the futex(2) pair nothing, else
@@ -304,6 +339,9 @@ fn set_gate(ebpf: &mut Ebpf, on: bool) -> anyhow::Result<()> {
 
 /// The futex syscall probes (user-space locks) and what pthread attribution would need.
 fn futex_rows(tracefs: Option<&Path>, can_load: bool) {
+    if cfg!(target_arch = "x86_64") {
+        raw_row(can_load);
+    }
     let mut tried: Vec<(&str, Result<(), String>)> = Vec::new();
     for (prog, tp) in FUTEX_PROGRAMS.into_iter().chain([FUTEX_RESTART_EXIT]) {
         let exists = tracefs.is_some_and(|t| features::tracepoint_exists(t, "syscalls", tp));
@@ -328,13 +366,50 @@ fn futex_rows(tracefs: Option<&Path>, can_load: bool) {
             r
         };
         let (word, detail) = match status {
-            Ok(()) => ("available", format!("user-space locks ({prog})")),
+            Ok(()) => (
+                "available",
+                if cfg!(target_arch = "x86_64") {
+                    format!("user-space locks ({prog}), where sys_enter/sys_exit are refused")
+                } else {
+                    format!("user-space locks ({prog})")
+                },
+            ),
             Err(e) => ("missing", e),
         };
         println!("{tp:<26} {:<11} {word:<10} {detail}", "tracepoint");
     }
     blocking_row(can_load);
     pthread_row(can_load);
+}
+
+/// Calls mode on the raw syscall tracepoints (x86_64), tried before the per-syscall ones.
+fn raw_row(can_load: bool) {
+    let status = if groups::switched_off(FUTEX) || groups::switched_off(FUTEX_RAW.name) {
+        Err(groups::SWITCHED_OFF.to_owned())
+    } else if !can_load {
+        Err("not tried: needs BTF and privileges".to_owned())
+    } else {
+        FUTEX_RAW
+            .hooks
+            .iter()
+            .try_for_each(|&(prog, tp)| try_load(prog, HookKind::TpBtf, tp))
+    };
+    let (word, detail) = match status {
+        Ok(()) => (
+            "available",
+            "user-space locks: every futex call, one program on each system call's entry and \
+             exit (the per-syscall tracepoints below are not used)"
+                .to_owned(),
+        ),
+        Err(e) => (
+            "missing",
+            format!("{e}: the per-syscall tracepoints below are used (slower to release)"),
+        ),
+    };
+    println!(
+        "{:<26} {:<11} {word:<10} {detail}",
+        "sys_enter, sys_exit", "tp_btf"
+    );
 }
 
 /// `--futex-mode blocking`: the futex waits that sleep, at the context switch.

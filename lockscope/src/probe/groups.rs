@@ -113,6 +113,24 @@ pub const FUTEX_BLOCKING: Group = Group {
     hooks: &[("futex_block_switch", "sched_switch")],
 };
 
+/// The futex family in calls mode on x86_64: the raw `sys_enter`/`sys_exit` tracepoints,
+/// each program returning at once unless the call is a futex call. Preferred to the
+/// per-syscall tracepoints (`syscalls:sys_enter_futex`...), which are perf events: each
+/// one's release waits for an RCU grace period while holding the kernel's tracing mutex,
+/// and a tracer starting meanwhile (lockscope's next run) waits behind it. The family
+/// falls back to those where the kernel refuses these. Not in [`TP_GROUPS`] (the family
+/// attaches it); its own name, so that the tests can force the fallback.
+pub const FUTEX_RAW: Group = Group {
+    name: "futex-raw",
+    gives: "user-space locks: every futex call, at the raw sys_enter/sys_exit tracepoints",
+    without: "the futex probes use the per-syscall tracepoints (slower to release)",
+    required: false,
+    hooks: &[
+        ("futex_sys_enter", "sys_enter"),
+        ("futex_sys_exit", "sys_exit"),
+    ],
+};
+
 /// Names of the groups that pick their own hooks.
 pub const FUTEX: &str = "futex";
 pub const RWSEM_DEEP: &str = "rwsem-deep";
@@ -155,6 +173,7 @@ pub fn names() -> impl Iterator<Item = &'static str> {
         .iter()
         .map(|g| g.name)
         .chain(OTHER_GROUPS.iter().map(|(n, _)| *n))
+        .chain([FUTEX_RAW.name])
 }
 
 #[cfg(test)]

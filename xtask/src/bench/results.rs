@@ -477,8 +477,14 @@ impl SwitchCost {
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct FutexCost {
     pub workload: String,
-    /// futex(2) calls lockscope's entry program saw in the window.
+    /// Runs of lockscope's entry program in the window: futex(2) calls, or on the raw
+    /// syscall tracepoints (`raw`) every system call of the machine.
     pub calls: u64,
+    /// Both sides on the raw `sys_enter`/`sys_exit` tracepoints, where each program runs
+    /// on every system call (its ns per run is over all of them); else on
+    /// `syscalls:sys_enter_futex`/`sys_exit_futex` (false in older results).
+    #[serde(default)]
+    pub raw: bool,
     pub enter_ns: Option<f64>,
     pub exit_ns: Option<f64>,
     pub floor_enter_ns: Option<f64>,
@@ -1080,7 +1086,7 @@ fn rounds_note(
 
 /// Issue 14's overhead targets on one workload: `record` slows it at most 3%, and at
 /// least 5x less than `perf lock record -a`; and, for where that cost lies, lockscope's
-/// own share against empty programs on the futex syscall tracepoints. Each judged from
+/// own share against empty programs on the futex probes' syscall tracepoints. Each judged from
 /// per-round pairs ([`paired_slowdowns`]).
 fn slowdown_checks(out: &mut Vec<TargetCheck>, r: &BenchResults, w: &str) {
     let b = baseline(r, w, SLOWDOWN_TOLERANCE);
@@ -1089,7 +1095,7 @@ fn slowdown_checks(out: &mut Vec<TargetCheck>, r: &BenchResults, w: &str) {
     let floor_note = rounds_note(
         row(r, w, "syscall-floor").zip(base),
         Wording::Slowdown(b.pairing),
-        "; empty programs on the futex syscall tracepoints: ",
+        "; empty programs on the futex probes' syscall tracepoints: ",
         "",
     );
     out.push(paired_check(
@@ -1185,7 +1191,7 @@ fn inconclusive_note(v: Option<bool>, tolerance: Option<f64>) -> String {
 }
 
 /// The tracers judged beside the bystanders: (tool, the command targets name it by,
-/// whether the empty programs on the futex syscall tracepoints are its floor; not for
+/// whether the empty programs on the futex probes' syscall tracepoints are its floor; not for
 /// blocking mode, which attaches none).
 const BYSTANDER_TRACERS: [(&str, &str, bool); 3] = [
     ("record", "record", true),
@@ -1218,7 +1224,7 @@ pub fn judge_targets(r: &BenchResults) -> Vec<TargetCheck> {
     let floor_note = rounds_note(
         row(r, BYSTANDER, "syscall-floor").zip(base),
         Wording::Speed(b.pairing),
-        "; empty programs on the futex syscall tracepoints, which no lock call reaches: ",
+        "; empty programs on the futex probes' syscall tracepoints, which no lock call reaches: ",
         "",
     );
     for &(tool, shown, has_floor) in &BYSTANDER_TRACERS {
@@ -1382,12 +1388,17 @@ pub fn judge_targets(r: &BenchResults) -> Vec<TargetCheck> {
         let ratio = f.and_then(FutexCost::ratio);
         match f {
             Some(f) if ratio.is_some() => format!(
-                "lockscope {} + {} ns, empty {} + {} ns over {} calls: {}{}",
+                "lockscope {} + {} ns, empty {} + {} ns over {} {}: {}{}",
                 opt(f.enter_ns, 0),
                 opt(f.exit_ns, 0),
                 opt(f.floor_enter_ns, 0),
                 opt(f.floor_exit_ns, 0),
                 f.calls,
+                if f.raw {
+                    "system calls (raw sys_enter/sys_exit)"
+                } else {
+                    "calls"
+                },
                 ratio.map_or("n/a".into(), |x| format!("{x:.2}x")),
                 by_order(&f.ratio_by_order, "the empty programs"),
             ),
@@ -1540,7 +1551,7 @@ const TOOL_LABELS: &[(&str, &str)] = &[
     ("bpftrace", "`bpftrace` histogram per lock"),
     (
         "syscall-floor",
-        "`bpftrace`, empty programs on the futex syscall tracepoints",
+        "`bpftrace`, empty programs on the futex probes' syscall tracepoints",
     ),
     (
         "record-blocking",
@@ -1777,10 +1788,16 @@ pub fn render_markdown(r: &BenchResults) -> String {
             ),
         ] {
             let Some(f) = f else { continue };
+            let hooks = if f.raw {
+                "the raw `sys_enter` / `sys_exit` tracepoints (owner `floor`; both sides run \
+                 on every system call of the machine, so each figure is per system call, \
+                 nearly all of them the workload's futex calls)"
+            } else {
+                "`syscalls:sys_enter_futex` / `sys_exit_futex` (owner `floor`)"
+            };
             let _ = writeln!(
                 s,
-                "`lockscope record` (system-wide) and empty programs on \
-                 `syscalls:sys_enter_futex` / `sys_exit_futex` (owner `floor`) while \
+                "`lockscope record` (system-wide) and empty programs on {hooks} while \
                  `lockscope workload {}` ran.\n",
                 f.workload
             );
@@ -2583,7 +2600,7 @@ mod tests {
         let at = get("`record` on mmap-churn: at most 3% slowdown vs untraced");
         assert!(
             at.measured.contains(
-                "empty programs on the futex syscall tracepoints: slowdown 18.0% (median"
+                "empty programs on the futex probes' syscall tracepoints: slowdown 18.0% (median"
             ),
             "{}",
             at.measured
