@@ -378,4 +378,10 @@ pub struct ServeArgs {
     /// memory layout.
     #[arg(long)]
     pub redact_addresses: bool,
+    /// Turn on the kernel's BPF run statistics while serving, for the
+    /// lockscope_bpf_program_* metrics (the config's `metrics.bpf_run_stats`). Off by
+    /// default: the switch is the whole machine's, and every BPF program then reads the
+    /// clock twice per run, lockscope's on every system call included.
+    #[arg(long)]
+    pub bpf_run_stats: bool,
 }

@@ -26,6 +26,9 @@
 //!
 //! [metrics]
 //! top_locks = 20              # locks with their own `lock` label; the rest is `other`
+//! bpf_run_stats = false       # the kernel's BPF run statistics while serving, for
+//!                             # lockscope_bpf_program_*: every BPF program on the
+//!                             # machine then reads the clock twice per run
 //!
 //! [metrics.histogram]         # `le` bounds of lockscope_lock_wait_seconds
 //! min_seconds = 1e-6
@@ -173,6 +176,7 @@ pub struct TargetConfig {
 #[serde(deny_unknown_fields, default)]
 pub struct MetricsConfig {
     pub top_locks: usize,
+    pub bpf_run_stats: bool,
     pub histogram: HistogramConfig,
 }
 
@@ -180,6 +184,7 @@ impl Default for MetricsConfig {
     fn default() -> Self {
         Self {
             top_locks: DEFAULT_TOP_LOCKS,
+            bpf_run_stats: false,
             histogram: HistogramConfig::default(),
         }
     }
@@ -213,6 +218,7 @@ pub struct Overrides {
     pub cgroup: Option<PathBuf>,
     pub web_config: Option<PathBuf>,
     pub redact_addresses: bool,
+    pub bpf_run_stats: bool,
 }
 
 /// A checked configuration, ready to start from.
@@ -236,6 +242,8 @@ pub struct ServeSettings {
     /// TLS and basic auth (the file and what it says).
     pub web: Option<(PathBuf, crate::webconfig::WebConfig)>,
     pub redact_addresses: bool,
+    /// Turn on the kernel's BPF run statistics while serving.
+    pub bpf_run_stats: bool,
 }
 
 impl ConfigFile {
@@ -395,6 +403,7 @@ impl ConfigFile {
                 None => None,
             },
             redact_addresses: cli.redact_addresses || self.redact_addresses.unwrap_or(false),
+            bpf_run_stats: cli.bpf_run_stats || m.bpf_run_stats,
         })
     }
 }
@@ -516,6 +525,10 @@ mod tests {
         assert_eq!(s.target, Target::System);
         assert_eq!(s.types, None);
         assert_eq!(s.top_locks, DEFAULT_TOP_LOCKS);
+        assert!(
+            !s.bpf_run_stats,
+            "the machine-wide switch stays off unless asked"
+        );
         assert_eq!(s.forget_exited_after, DEFAULT_FORGET_EXITED_AFTER);
         // 2^10 ns (1.024 us) up to 2^32 ns (4.29 s), factor 4.
         assert_eq!(
@@ -538,6 +551,7 @@ mod tests {
             types = ["rwsem", "mutex"]
             [metrics]
             top_locks = 5
+            bpf_run_stats = true
             [metrics.histogram]
             min_seconds = 0.001
             max_seconds = 1
@@ -568,6 +582,7 @@ mod tests {
             "rwsem:R, rwsem:W, mutex"
         );
         assert_eq!(s.top_locks, 5);
+        assert!(s.bpf_run_stats);
         // 2^20 ns (1.05 ms) .. 2^29 ns (0.54 s).
         assert_eq!(s.bucket_bounds, (19..=28).collect::<Vec<_>>());
     }
@@ -584,9 +599,11 @@ mod tests {
                 cgroup: None,
                 web_config: None,
                 redact_addresses: true,
+                bpf_run_stats: true,
             })
             .unwrap();
         assert!(s.redact_addresses);
+        assert!(s.bpf_run_stats);
         assert_eq!(s.listen.port(), 2);
         assert_eq!(s.interval, Duration::from_secs(2));
         assert_eq!(s.max_cpu_percent, 0.5);

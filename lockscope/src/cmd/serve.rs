@@ -73,6 +73,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         cgroup: args.cgroup.clone(),
         web_config: args.web_config.clone(),
         redact_addresses: args.redact_addresses,
+        bpf_run_stats: args.bpf_run_stats,
     };
     let settings = match &args.config {
         Some(path) => file
@@ -143,11 +144,15 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     }
     session.set_detail(settings.detail);
     session.forget_exited(settings.forget_exited_after);
-    // Kernel BPF run statistics, on only while this fd is open (closed at exit, even
-    // on a crash, which restores the previous state).
-    let bpf_stats = match aya::sys::enable_stats(aya::sys::Stats::RunTime) {
-        Ok(fd) => Some(fd),
-        Err(e) => {
+    // Kernel BPF run statistics, when asked for: on only while this fd is open (closed
+    // at exit, even on a crash, which restores the previous state).
+    let bpf_stats = match settings
+        .bpf_run_stats
+        .then(|| aya::sys::enable_stats(aya::sys::Stats::RunTime))
+    {
+        None => None,
+        Some(Ok(fd)) => Some(fd),
+        Some(Err(e)) => {
             eprintln!(
                 "lockscope: BPF program run statistics unavailable ({:#}; needs \
                  CAP_SYS_ADMIN); lockscope_bpf_program_* metrics are left out",
@@ -685,7 +690,7 @@ fn describe(s: &ServeSettings) -> String {
         "config OK: listen {} ({web}{}), interval {:?} (map reads within {}% of a CPU), \
          target {}, probes {}, lock types \
          {types}, top {} locks labelled, {} histogram buckets from {:.3e} s to {:.3e} s; \
-         snapshots keep the callers and tasks of {} locks ({} callers, {} tasks each)",
+         snapshots keep the callers and tasks of {} locks ({} callers, {} tasks each){}",
         s.listen,
         if s.redact_addresses {
             ", kernel addresses redacted"
@@ -703,6 +708,12 @@ fn describe(s: &ServeSettings) -> String {
         d.locks,
         d.callers_per_lock,
         d.tasks_per_lock,
+        if s.bpf_run_stats {
+            "; BPF run statistics on (every BPF program of the machine pays two clock reads \
+             per run)"
+        } else {
+            ""
+        },
     )
 }
 
