@@ -119,6 +119,36 @@ enum Peer {
     RawSyscallFloor,
 }
 
+impl Peer {
+    /// The command that runs `ctx.cat` with this peer attached.
+    fn command(self, ctx: &Ctx) -> Result<Command> {
+        let mut c = match self {
+            Peer::Bpftrace(script) => {
+                let mut c = Command::new("bpftrace");
+                c.args(["-e", script, "-c"]);
+                c
+            }
+            Peer::RawSyscallFloor => {
+                let mut c = Command::new(std::env::current_exe()?);
+                c.args(["raw-floor", "--"]);
+                c
+            }
+        };
+        c.arg(&ctx.cat);
+        Ok(c)
+    }
+}
+
+/// Empty programs where lockscope's futex probes are: the raw `sys_enter`/`sys_exit` on
+/// x86_64, else bpftrace's `script` on the per-syscall tracepoints.
+fn syscall_floor(script: &'static str) -> Peer {
+    if cfg!(target_arch = "x86_64") {
+        Peer::RawSyscallFloor
+    } else {
+        Peer::Bpftrace(script)
+    }
+}
+
 /// An empty program on the same tracepoint: the floor of cost per event.
 const BPFTRACE_FLOOR: &str = "tracepoint:lock:contention_begin { }";
 
@@ -1334,18 +1364,7 @@ fn run_once(ctx: &Ctx, tool: Tool, spec: &WorkloadSpec) -> Result<RunSample> {
             Some(Proc::spawn(c, dir, "bpftrace", true)?)
         }
         Tool::SyscallFloor => {
-            // The raw tracepoints where lockscope's futex probes are (x86_64), else the
-            // per-syscall ones.
-            let mut c = if cfg!(target_arch = "x86_64") {
-                let mut c = Command::new(std::env::current_exe()?);
-                c.args(["raw-floor", "--"]);
-                c
-            } else {
-                let mut c = Command::new("bpftrace");
-                c.args(["-e", BPFTRACE_SYSCALL_FLOOR, "-c"]);
-                c
-            };
-            c.arg(&ctx.cat);
+            let c = syscall_floor(BPFTRACE_SYSCALL_FLOOR).command(ctx)?;
             Some(Proc::spawn(c, dir, "syscall-floor", true)?)
         }
     };
@@ -1610,19 +1629,7 @@ fn side_by_side(
     }
     let mut peer_procs = Vec::new();
     for (owner, peer) in peers {
-        let mut c = match peer {
-            Peer::Bpftrace(script) => {
-                let mut c = Command::new("bpftrace");
-                c.args(["-e", script, "-c"]);
-                c
-            }
-            Peer::RawSyscallFloor => {
-                let mut c = Command::new(std::env::current_exe()?);
-                c.args(["raw-floor", "--"]);
-                c
-            }
-        };
-        c.arg(&ctx.cat);
+        let c = peer.command(ctx)?;
         let mut p = Proc::spawn(c, dir, &format!("{name}-{owner}"), true)?;
         ready(&mut p)?;
         peer_procs.push((*owner, p));
@@ -1822,13 +1829,9 @@ const BLOCKING_PROGRAM: &str = "futex_block_swi";
 /// lockscope's futex probes beside empty programs on the same tracepoints, over two runs
 /// of `workload` (one in each attach order, summed; each order's ratio kept too).
 fn futex_cost(ctx: &Ctx, name: &str, workload: &[String]) -> Result<FutexCost> {
-    // lockscope's futex probes are on the raw syscall tracepoints on x86_64 (where the
-    // kernel refuses those, on the per-syscall ones: the figures then say n/a).
-    let floor = if cfg!(target_arch = "x86_64") {
-        Peer::RawSyscallFloor
-    } else {
-        Peer::Bpftrace(BPFTRACE_FUTEX_FLOOR)
-    };
+    // Where the kernel refuses the raw tracepoints the floor is not on lockscope's: the
+    // figures then say n/a.
+    let floor = syscall_floor(BPFTRACE_FUTEX_FLOOR);
     let (programs, _, by_order) = side_by_side_fair(ctx, name, &[], &[("floor", floor)], workload)?;
     let ratio_by_order = by_order
         .iter()

@@ -237,8 +237,8 @@ fn stateless_exit(ctx: &TracePointContext, ret: i64) -> bool {
     stateless_exit_regs(nr, regs, ret)
 }
 
-/// [`stateless_exit`] of call `nr` (futex(2) or futex_wake(2)) with the caller's
-/// registers `regs`.
+/// [`stateless_exit`] of system call `nr` with the caller's registers `regs`: false for
+/// any call but a futex(2) or futex_wake(2) that cannot wait ([`stateless`] decides).
 #[cfg(bpf_target_arch = "x86_64")]
 #[inline(always)]
 fn stateless_exit_regs(nr: i32, regs: &aya_ebpf::bindings::pt_regs, ret: i64) -> bool {
@@ -500,7 +500,7 @@ pub fn futex_sys_exit(ctx: BtfTracePointContext) -> i32 {
     }
     let ret: i64 = ctx.arg(1);
     let nr = nr as i32;
-    if (nr == NR_FUTEX_X86_64 || nr == NR_FUTEX_WAKE_X86_64) && stateless_exit_regs(nr, regs, ret) {
+    if stateless_exit_regs(nr, regs, ret) {
         return 0;
     }
     on_exit(ret, nr == NR_RESTART_SYSCALL_X86_64);

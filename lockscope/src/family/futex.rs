@@ -91,8 +91,6 @@ pub struct Futex {
     hot_forgotten: std::cell::RefCell<HotForgotten>,
     /// Every call, or only the waits that sleep (`LoadOptions::futex_mode`).
     pub mode: FutexMode,
-    /// Calls mode is attached to the raw syscall tracepoints ([`FUTEX_RAW`]).
-    pub raw: bool,
 }
 
 impl Futex {
@@ -102,23 +100,12 @@ impl Futex {
         forget_hot(hot, gone, &mut self.hot_forgotten.borrow_mut());
     }
 
-    /// Attach the futex syscall probes that this kernel has tracepoints for. Without the
-    /// futex(2) pair the family is skipped with a note (kernel locks are still
+    /// Attach the futex syscall probes: the raw `sys_enter`/`sys_exit` where this kernel
+    /// allows them, else the per-syscall tracepoints it has. Without the raw ones nor
+    /// the futex(2) pair the family is skipped with a note (kernel locks are still
     /// recorded); the futex2 syscalls and restart_syscall are optional (missing ones are
     /// listed in `missing`).
     fn attach_probes(&mut self, cx: &mut Attach<'_>) -> anyhow::Result<()> {
-        let tracefs = features::tracefs_path();
-        if self.mode == FutexMode::Calls
-            && !use_raw()
-            && let Some(tp) = missing_futex_pair(&tracefs)
-        {
-            cx.notes.push(format!(
-                "user-space locks (futexes) are not traced: this kernel has no \
-                 syscalls:{tp} tracepoint (needs CONFIG_FTRACE_SYSCALLS); kernel locks are \
-                 recorded"
-            ));
-            return Ok(());
-        }
         // The calls in flight are in the threads' storage, counted by a task iterator at
         // each snapshot: loaded first, so that a kernel refusing it leaves nothing attached.
         if let Err(e) =
@@ -151,9 +138,17 @@ impl Futex {
                 return Ok(());
             }
             cx.notes.push(BLOCKING_NOTE.to_owned());
-        } else if self.attach_raw(cx)? {
-            self.raw = true;
-        } else {
+        } else if !self.attach_raw(cx)? {
+            // The per-syscall tracepoints, which need the futex(2) pair.
+            let tracefs = features::tracefs_path();
+            if let Some(tp) = missing_futex_pair(&tracefs) {
+                cx.notes.push(format!(
+                    "user-space locks (futexes) are not traced: this kernel has no \
+                     syscalls:{tp} tracepoint (needs CONFIG_FTRACE_SYSCALLS); kernel locks \
+                     are recorded"
+                ));
+                return Ok(());
+            }
             for (prog, tp) in attached_programs() {
                 if !features::tracepoint_exists(&tracefs, "syscalls", tp) {
                     self.missing.push(tp.to_owned());
@@ -189,7 +184,7 @@ impl Futex {
 
 /// Calls mode tries the raw syscall tracepoints first: on x86_64 (the programs read the
 /// call's number and arguments from its saved registers), unless the test switch takes
-/// them for missing.
+/// them for missing. What `preload` verifies; `attach_raw` finds out for sure.
 fn use_raw() -> bool {
     cfg!(target_arch = "x86_64") && !groups::switched_off(FUTEX_RAW.name)
 }
