@@ -4,6 +4,7 @@
 //! parts and `sink` are pure and unit-tested without root.
 
 pub mod aggregate;
+pub mod boost;
 pub mod cli;
 pub mod cmd;
 pub mod config;

@@ -108,6 +108,9 @@ impl Session {
         target: String,
         rt: Option<RtOptions>,
     ) -> anyhow::Result<Self> {
+        // The user waits on this: it runs at a higher weight, and so do the loader's
+        // threads; back at the nice lockscope was started with when attached.
+        let _boost = crate::boost::Boost::new();
         let mut families = Families::default();
         // The targets' maps, before loading (seconds on a busy machine), in case they exit.
         if let crate::probe::Target::Pids(pids) = &opts.target {
@@ -309,7 +312,10 @@ impl Session {
     }
 
     /// Detach every probe: no new events; maps stay readable for a last snapshot.
+    /// Detach. The rest of this thread's work (the last read, the report) is what the
+    /// user waits for after a Ctrl-C: it keeps the start's weight until the process ends.
     pub fn stop(&mut self) {
+        crate::boost::Boost::new().until_exit();
         if self.stopped_after.is_none() {
             self.stopped_after = Some(self.start.elapsed().as_secs_f64());
         }

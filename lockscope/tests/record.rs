@@ -785,3 +785,44 @@ fn per_cpu_maps_stay_small() {
         "{bytes_per_cpu} bytes of per-CPU maps per CPU: {per_cpu:?}"
     );
 }
+
+/// The start and the stop run at a higher weight (`boost`), and only they: the command
+/// and every thread lockscope keeps while it traces are at the nice lockscope was
+/// started with (the pthread reader at its own -5), also when that nice is not 0.
+#[test]
+fn the_start_boost_reaches_neither_the_command_nor_the_threads_that_trace() {
+    let _serial = serial();
+    // Run by lockscope: its own nice, then each of lockscope's threads (comm and nice).
+    let script = r#"echo "command nice=$(nice)"
+for t in /proc/$PPID/task/*; do echo "thread $(cut -d' ' -f2,19 "$t/stat")"; done"#;
+    for user_nice in [0, 3] {
+        let mut cmd = Command::new("nice");
+        cmd.args(["-n", &user_nice.to_string(), bin(), "record", "--"])
+            .args(["sh", "-c", script]);
+        require_root();
+        let out = run_ok(&mut cmd);
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            stdout.contains(&format!("command nice={user_nice}\n")),
+            "nice {user_nice}: {stdout}"
+        );
+        let threads: Vec<(&str, i32)> = stdout
+            .lines()
+            .filter_map(|l| l.strip_prefix("thread ("))
+            .filter_map(|l| l.split_once(") "))
+            .map(|(comm, nice)| (comm, nice.trim().parse().unwrap()))
+            .collect();
+        assert!(
+            threads.iter().any(|&(c, _)| c == "lockscope"),
+            "nice {user_nice}: no lockscope thread listed: {stdout}"
+        );
+        for (comm, nice) in threads {
+            let want = if comm == "pthread-unwind" {
+                -5
+            } else {
+                user_nice
+            };
+            assert_eq!(nice, want, "nice {user_nice}: thread {comm}: {stdout}");
+        }
+    }
+}
