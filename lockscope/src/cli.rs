@@ -347,7 +347,7 @@ pub struct ServeArgs {
     #[arg(long, value_name = "ADDR:PORT")]
     pub listen: Option<String>,
     /// TOML configuration file: listen, interval, [probes], [target], [metrics]
-    /// (see the README for every key).
+    /// (every key, with its default: docs/serve.md).
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
     /// How often to read the in-kernel maps, e.g. 500ms, 1s, 1m [default: 1s].
