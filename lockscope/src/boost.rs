@@ -1,14 +1,15 @@
 //! A higher CPU weight for the work a user waits on: loading and attaching the probes,
-//! and the stop (detach, last read, report).
+//! and what follows the detach at the stop (the last read, the report).
 //!
 //! Both are short bursts of CPU (a few hundred milliseconds here, most of it the kernel's
 //! verifier). On a machine whose CPUs are busy they get a fair share of what is left:
 //! beside `stress-ng --ptrace 4` started from the same shell, `record -- true` took
-//! 1.1-1.5 s at nice 0 against 0.44-0.66 s at nice -10, and a Ctrl-C that needed 84 ms of
-//! CPU took up to 4 s. So the thread doing that work runs at [`BOOST_NICE`] meanwhile
-//! (the loader's threads inherit it, and end with the start). Between the two, while
-//! tracing, every thread lockscope keeps is back at the nice it was started with: the
-//! command `record` runs, and any thread created then, inherit nothing. Only the
+//! 1.1-1.5 s at nice 0 against 0.39-0.66 s at nice -10, and the stop's last read and
+//! report take up to about 0.1 s of CPU. So the thread doing that work runs at
+//! [`BOOST_NICE`] meanwhile (the loader's threads inherit it, and end with the start).
+//! Between the two, while tracing, every thread lockscope keeps is back at the nice it
+//! was started with: the command `record` runs, and any thread created then, inherit
+//! nothing; so is the keeper the detach may fork (`probe::release`). Only the
 //! scheduler's fair class is concerned; real-time threads (cyclictest) come first anyway.
 //!
 //! A user who started lockscope at a positive nice asked for less CPU: no boost then.
@@ -40,7 +41,8 @@ pub fn thread_nice() -> Option<i32> {
     }
 }
 
-fn set_thread_nice(nice: i32) -> bool {
+/// Set the calling thread's nice; false if refused (no `CAP_SYS_NICE` to lower it).
+pub fn set_thread_nice(nice: i32) -> bool {
     // SAFETY: setpriority on the calling thread, no pointers.
     unsafe { libc::setpriority(libc::PRIO_PROCESS, gettid(), nice) == 0 }
 }
@@ -51,28 +53,15 @@ pub struct Boost {
     restore: Option<i32>,
 }
 
-/// The nice of the thread the last [`Boost`] was taken on, before it: what a process
-/// forked during a boosted stop goes back to (`probe::release`).
-static NICE_BEFORE: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
-
-/// The nice lockscope's threads had before the last boost (0 if it could not be read).
-pub fn nice_before() -> i32 {
-    NICE_BEFORE.load(std::sync::atomic::Ordering::Relaxed)
-}
-
 impl Boost {
     pub fn new() -> Self {
-        let now = thread_nice();
-        if let Some(now) = now {
-            NICE_BEFORE.store(now, std::sync::atomic::Ordering::Relaxed);
-        }
-        let restore = now
+        let restore = thread_nice()
             .and_then(|now| boosted_nice(now).map(|to| (now, to)))
             .and_then(|(now, to)| set_thread_nice(to).then_some(now));
         Self { restore }
     }
 
-    /// Keep the boost until the thread ends (the stop: the process exits after it).
+    /// Keep the boost until the thread ends (after the stop: the process exits).
     pub fn until_exit(mut self) {
         self.restore = None;
     }

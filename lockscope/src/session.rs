@@ -311,15 +311,16 @@ impl Session {
         read_lock_totals(self.probes.ebpf())
     }
 
-    /// Detach every probe: no new events; maps stay readable for a last snapshot.
-    /// Detach. The rest of this thread's work (the last read, the report) is what the
-    /// user waits for after a Ctrl-C: it keeps the start's weight until the process ends.
+    /// Detach every probe: no new events; maps stay readable for a last snapshot. What
+    /// this thread does next (the last read, the report) is what the user waits for
+    /// after a Ctrl-C: it runs at the start's weight until the process ends. Taken after
+    /// the detach, so that the keeper it may fork (`probe::release`) does not inherit it.
     pub fn stop(&mut self) {
-        crate::boost::Boost::new().until_exit();
         if self.stopped_after.is_none() {
             self.stopped_after = Some(self.start.elapsed().as_secs_f64());
         }
         family::detach(&mut self.probes, &mut self.families);
+        crate::boost::Boost::new().until_exit();
     }
 
     pub fn probes(&self) -> &Probes {

@@ -476,7 +476,7 @@ impl TpLinks {
     }
 
     /// Detach the `tp_btf` links (no new events from them after this returns), the last
-    /// attached first. Two programs share a tracepoint (`sched_process_fork`): taking
+    /// attached first. Programs of several families share `sched_process_fork`: taking
     /// away the first of a tracepoint's two functions makes the kernel wait for an RCU
     /// grace period (so that no caller pairs the remaining function with the removed
     /// one's data), taking away the second does not. Beside `stress-ng --ptrace 4` that

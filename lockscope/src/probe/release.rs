@@ -18,10 +18,9 @@
 /// parent has exited (it is then reparented) and exits, releasing what it held.
 pub fn keep_until_exit() -> bool {
     // SAFETY: plain libc calls; after fork the child runs only async-signal-safe calls
-    // (setsid, setpriority, prctl, fstat, close, getppid, nanosleep, _exit) and never returns.
+    // (setsid, prctl, fstat, close, getppid, nanosleep, _exit) and never returns.
     unsafe {
         let parent = libc::getpid();
-        let nice = crate::boost::nice_before();
         let mut lim = libc::rlimit {
             rlim_cur: 0,
             rlim_max: 0,
@@ -35,8 +34,6 @@ pub fn keep_until_exit() -> bool {
             -1 => false,
             0 => {
                 libc::setsid();
-                // Forked from a stop at a higher weight (`crate::boost`): it only waits.
-                libc::setpriority(libc::PRIO_PROCESS, 0, nice);
                 libc::prctl(libc::PR_SET_NAME, c"lockscope-bg".as_ptr());
                 let mut st: libc::stat = std::mem::zeroed();
                 for fd in 0..max_fd {

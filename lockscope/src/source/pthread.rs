@@ -78,7 +78,7 @@ impl PthreadReader {
             std::thread::Builder::new()
                 .name("pthread-unwind".into())
                 .spawn(move || {
-                    raise_priority();
+                    crate::boost::set_thread_nice(READER_NICE);
                     let mut unwinder = StackUnwinder::new();
                     if let Some(path) = libc {
                         unwinder.preload_libc(&path);
@@ -160,14 +160,6 @@ impl Drop for PthreadReader {
 /// than the workload's threads; its work is bounded by the waits it reads. Without
 /// CAP_SYS_NICE the call fails and the thread stays at nice 0.
 const READER_NICE: i32 = -5;
-
-fn raise_priority() {
-    // SAFETY: plain syscalls on the calling thread (tid), no pointers.
-    unsafe {
-        let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
-        libc::setpriority(libc::PRIO_PROCESS, tid, READER_NICE);
-    }
-}
 
 /// Wakes the reading thread out of its wait at once when it is told to stop or to read a
 /// process's maps (an eventfd polled beside the ring buffer), so neither waits out a
