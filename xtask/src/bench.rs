@@ -12,6 +12,7 @@ mod parse;
 mod proc;
 mod rawfloor;
 mod results;
+mod stopprofile;
 
 pub use rawfloor::run as raw_floor;
 
@@ -790,9 +791,13 @@ fn start_stop_rounds(ctx: &Ctx, tag: &str) -> Result<StartStop> {
         serve.wait(Duration::from_secs(120))?;
         ss.serve_sigterm_s.push(t0.elapsed().as_secs_f64());
 
-        let (sigint_s, peer_s) = record_sigint(ctx, &format!("{tag}record-sigint-{i}"))?;
+        let (sigint_s, peer_s, slow) = record_sigint(ctx, &format!("{tag}record-sigint-{i}"), i)?;
         ss.record_sigint_s.push(sigint_s);
         ss.sigint_peer_s.push(peer_s);
+        if let Some(slow) = slow {
+            println!("        slow Ctrl-C: {}", slow.text());
+            ss.record_sigint_slow.push(slow);
+        }
         ss.new_session_true_s
             .push(new_session_true(ctx, &format!("{tag}setsid-true-{i}"))?);
         // One run without a screen is the verdict: the later ones would take as long.
@@ -823,8 +828,13 @@ fn start_stop_rounds(ctx: &Ctx, tag: &str) -> Result<StartStop> {
 }
 
 /// Ctrl-C in `record -- sleep 60`: SIGINT to the whole process group once the command
-/// runs, until `record` has printed its report and exited.
-fn record_sigint(ctx: &Ctx, name: &str) -> Result<(f64, Option<f64>)> {
+/// runs, until `record` has printed its report and exited. Run `run` of its round; with
+/// where the stop went if it took longer than the target.
+fn record_sigint(
+    ctx: &Ctx,
+    name: &str,
+    run: usize,
+) -> Result<(f64, Option<f64>, Option<stopprofile::StopProfile>)> {
     use std::os::unix::process::CommandExt as _;
     let mut c = ctx.lockscope();
     c.args(["record", "--", "sleep", "60"]).process_group(0);
@@ -837,13 +847,18 @@ fn record_sigint(ctx: &Ctx, name: &str) -> Result<(f64, Option<f64>)> {
     // Let a status tick or two pass: Ctrl-C comes while the recording is running.
     std::thread::sleep(Duration::from_millis(1500));
     let peer = SigintPeer::start()?;
+    let sampler = stopprofile::Sampler::start(pid);
     let t0 = Instant::now();
     peer.interrupt();
     // SAFETY: kill(2) on the process group of our own child, which leads it.
     unsafe { libc::kill(-pid, libc::SIGINT) };
     p.wait_status(Duration::from_secs(60))?;
     let s = t0.elapsed().as_secs_f64();
-    let peer_s = peer.gone(t0, Duration::from_secs(if s <= 0.5 { 2 } else { 60 }));
+    let slow = sampler.finish(run, s, SIGINT_LIMIT_S);
+    let peer_s = peer.gone(
+        t0,
+        Duration::from_secs(if s <= SIGINT_LIMIT_S { 2 } else { 60 }),
+    );
     // The report's summary line.
     if !p.stdout_text().contains("tier: ") {
         bail!(
@@ -851,8 +866,11 @@ fn record_sigint(ctx: &Ctx, name: &str) -> Result<(f64, Option<f64>)> {
             p.stderr_tail()
         );
     }
-    Ok((s, peer_s))
+    Ok((s, peer_s, slow))
 }
+
+/// The Ctrl-C target, seconds (issue 14): a slower stop is profiled.
+const SIGINT_LIMIT_S: f64 = 0.5;
 
 /// Start `c` with SIGINT and SIGQUIT at their defaults, as a shell starts a foreground
 /// job (what Ctrl-C reaches). A bench started in the background by a non-interactive

@@ -246,6 +246,10 @@ pub struct StartStop {
     /// SIGINT at the same moment, until it was reaped, seconds (`None`: not within 60 s).
     #[serde(default)]
     pub sigint_peer_s: Vec<Option<f64>>,
+    /// Where each Ctrl-C over its limit went (kernel stacks and scheduler times sampled
+    /// while it stopped).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub record_sigint_slow: Vec<super::stopprofile::StopProfile>,
     /// `q` in `lockscope top` until the shell ran its next command, seconds, per run.
     #[serde(default)]
     pub top_quit_s: Vec<f64>,
@@ -772,7 +776,11 @@ fn start_stop_checks(out: &mut Vec<TargetCheck>, ss: &StartStop, beside: &str) {
             peer_is: "a plain `sleep` sent SIGINT at the same moment was gone",
             held_is: "waited for the kernel to run it at all",
             limit: 0.5,
-            extra: String::new(),
+            extra: ss
+                .record_sigint_slow
+                .iter()
+                .map(|p| format!("; where {}", p.text()))
+                .collect(),
             failed: 0,
             held_unfinished: 0,
         }
@@ -2353,8 +2361,17 @@ mod tests {
         assert_eq!(unfinished(Some(0.002)).status, "missed");
         // Ctrl-C has its own peer: a plain sleep interrupted at the same moment.
         let ss = StartStop {
-            record_sigint_s: vec![4.6],
-            sigint_peer_s: vec![Some(4.5)],
+            record_sigint_s: vec![0.1, 4.6],
+            sigint_peer_s: vec![Some(0.01), Some(4.5)],
+            record_sigint_slow: vec![super::super::stopprofile::StopProfile {
+                run: 1,
+                seconds: 4.6,
+                looks: 300,
+                on_cpu_s: 0.1,
+                runnable_s: 4.4,
+                main_thread: vec![("R".into(), 290)],
+                other_d: Vec::new(),
+            }],
             ..Default::default()
         };
         let mut out = Vec::new();
@@ -2362,6 +2379,15 @@ mod tests {
         let c = out.iter().find(|c| c.target.starts_with("Ctrl-C")).unwrap();
         assert_eq!(c.status, "inconclusive", "{}", c.measured);
         assert!(c.measured.contains("plain `sleep`"), "{}", c.measured);
+        // The slow run says where it went.
+        assert!(
+            c.measured.contains(
+                "; where run 2 (4.600 s, 300 looks): on a CPU 0.100 s and runnable waiting \
+                 for one 4.400 s"
+            ),
+            "{}",
+            c.measured
+        );
     }
 
     #[test]
