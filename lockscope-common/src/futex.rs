@@ -207,6 +207,9 @@ pub const FUTEX_CALL_SKIP_SITE: u32 = 16;
 /// switch in, `current` is the task switched out), so nothing may be named after the
 /// current task then; its names were remembered at the sleep.
 pub const FUTEX_CALL_FOREIGN: u32 = 32;
+/// Blocking mode: the sleeper's user registers and stack were kept at its switch out
+/// (`PTHREAD_PENDING`), to be sent for attribution with the wait time at its switch in.
+pub const FUTEX_CALL_PTHREAD_KEPT: u32 = 64;
 
 /// A futex call in progress, per thread, from `sys_enter` to its final `sys_exit`.
 #[repr(C)]

@@ -125,10 +125,18 @@ pub const PCNT_STACK_UNREADABLE: u32 = 1;
 pub const PCNT_LOST_RING_FULL: u32 = 2;
 /// Waits made at a syscall site in `PTHREAD_SKIP` (not a lock's): not sent.
 pub const PCNT_SKIPPED: u32 = 3;
-pub const PTHREAD_COUNTERS_LEN: u32 = 4;
+/// Blocking mode: no task storage for a sleeper's wait (kept from its switch out to its
+/// switch in): that wait stays unattributed (its futex figures stay exact).
+pub const PCNT_LOST_STORAGE: u32 = 4;
+pub const PTHREAD_COUNTERS_LEN: u32 = 5;
 
-pub const PTHREAD_COUNTER_NAMES: [&str; PTHREAD_COUNTERS_LEN as usize] =
-    ["sent", "stack_unreadable", "pthread_ring_full", "skipped"];
+pub const PTHREAD_COUNTER_NAMES: [&str; PTHREAD_COUNTERS_LEN as usize] = [
+    "sent",
+    "stack_unreadable",
+    "pthread_ring_full",
+    "skipped",
+    "pthread_storage_full",
+];
 
 /// Call sites userspace keeps per recording; a wait at a new site past this is counted
 /// as lost (`pthread_site_map_full`).

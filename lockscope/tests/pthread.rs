@@ -146,6 +146,90 @@ fn pthread_mutex_is_named_with_the_workloads_call_site() {
     assert!(row.contains("pthread_mutex_worker+0x"), "{row}");
 }
 
+/// Blocking mode sees no futex exit: the sleeper's stack is kept at its switch out and
+/// sent with its wait at its switch in. The same names, call sites and holders as the
+/// default mode, counted once per sleep, and every sleep's wait accounted for exactly.
+#[test]
+fn blocking_mode_names_pthread_mutexes_and_their_call_sites_too() {
+    let _serial = serial();
+    let (out, rec, _) = record_workload_with(
+        "pthread-mutex-blocking",
+        &["-n", "0", "--futex-mode", "blocking"],
+        &contended("pthread-mutex"),
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let s = summary(&stdout);
+    assert_nothing_lost(&rec["lost"]);
+    assert_eq!(rec["futex_events"]["blocking"], true);
+    let addr = s["lock"].clone();
+    let l = locks(&rec)
+        .iter()
+        .find(|l| l["addr"] == addr.as_str())
+        .unwrap_or_else(|| panic!("no entry for {addr}:\n{stdout}"));
+    assert_eq!(l["type"], "pthread-mutex", "{l:#}");
+    assert_eq!(l["pthread"]["kind"], "mutex");
+    assert_eq!(l["pthread"]["object"], addr.as_str());
+    let sleeps = l["contended"].as_u64().unwrap();
+    assert!(
+        sleeps >= 50,
+        "too little contention to prove anything: {l:#}"
+    );
+    // Every sleep on the word is inside pthread_mutex_lock, called from the worker; the
+    // call sites hold every sleep and every nanosecond of the word's waits.
+    let callers = l["callers"].as_array().unwrap();
+    assert!(!callers.is_empty(), "{l:#}");
+    for c in callers {
+        assert!(
+            c["caller"]
+                .as_str()
+                .unwrap()
+                .contains("pthread_mutex_worker+0x"),
+            "call site not symbolized to the worker: {c:#}"
+        );
+        assert_eq!(c["stack"][0], "pthread_mutex_lock", "{c:#}");
+    }
+    assert_eq!(sum_callers(l, "contended"), sleeps, "{l:#}");
+    assert_eq!(
+        sum_callers(l, "wait_total_ns"),
+        l["wait_total_ns"].as_u64().unwrap(),
+        "{l:#}"
+    );
+    assert_eq!(
+        l["pthread"]["attributed_calls"].as_u64().unwrap(),
+        sleeps,
+        "{l:#}"
+    );
+    // Holders: glibc's `__owner` as each sleep began names a worker.
+    let pid = l["pid"].as_u64().unwrap();
+    let (owners, known, unknown, total) = holder_split(l);
+    assert!(!owners.is_empty(), "{l:#}");
+    assert_eq!(known + unknown, total, "{l:#}");
+    for o in owners {
+        assert_eq!(o["pid"].as_u64(), Some(pid), "{o}");
+        assert!(
+            o["comm"].as_str().unwrap().starts_with("pthread-mutex-"),
+            "holder is no worker: {o}"
+        );
+    }
+    // Every sleep that ended was sent (or counted at a site known not to be a lock's),
+    // and every one sent was unwound.
+    let ev = &rec["futex_events"]["pthread"];
+    assert_eq!(ev["method"], "futex-unwind", "{ev}");
+    assert_eq!(ev["sent"], ev["unwound"], "{ev}");
+    assert_eq!(
+        ev["sent"].as_u64().unwrap() + ev["skipped"].as_u64().unwrap(),
+        rec["futex_events"]["exit"].as_u64().unwrap(),
+        "{ev} vs {}",
+        rec["futex_events"]
+    );
+    assert_eq!(ev["site_unreadable"], 0, "{ev}");
+    let row = stdout
+        .lines()
+        .find(|r| r.contains(&format!("pthread-mutex {addr}")))
+        .unwrap_or_else(|| panic!("no report row:\n{stdout}"));
+    assert!(row.contains("pthread_mutex_worker+0x"), "{row}");
+}
+
 #[test]
 fn pthread_rwlock_words_are_named_after_the_rwlock() {
     let _serial = serial();

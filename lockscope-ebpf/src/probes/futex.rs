@@ -936,6 +936,9 @@ fn block_start(now: u64, prev_state: u32) {
         pi_word = w;
         flags |= f;
     }
+    if keep_pthread_sleep(tgid, uaddr, cmd, (regs.rip, regs.rsp, regs.rbp)) {
+        flags |= FUTEX_CALL_PTHREAD_KEPT;
+    }
     if slot.ts_ns != 0 {
         // A sleep whose switch in was not seen (the task storage was busy then):
         // never timed.
@@ -968,6 +971,34 @@ fn block_start(now: u64, prev_state: u32) {
 #[inline(always)]
 fn block_start(_now: u64, _prev_state: u32) {}
 
+/// Blocking mode: a sleep in a wait (the only futex call a pthread lock makes) keeps the
+/// sleeper's registers and stack for attribution, unless its syscall site is a known
+/// non-lock one, as the exit probe of the default mode does; a mutex's holder is the
+/// glibc `__owner` word as it stands now. Whether they were kept.
+/// `regs`: its user ip, sp and bp.
+#[cfg(bpf_target_arch = "x86_64")]
+#[inline(always)]
+fn keep_pthread_sleep(tgid: u32, uaddr: u64, cmd: u32, (ip, sp, bp): (u64, u64, u64)) -> bool {
+    let class = futex_class(cmd);
+    if class != FUTEX_CLASS_WAIT && class != FUTEX_CLASS_LOCK_PI
+        || !crate::probes::pthread::enabled()
+    {
+        return false;
+    }
+    if crate::probes::pthread::skipped_ip(tgid, ip) {
+        crate::probes::pthread::count_skipped();
+        return false;
+    }
+    let owner = if cmd == FUTEX_WAIT || cmd == FUTEX_WAIT_BITSET {
+        // SAFETY: a checked read: a bad address gives an error, never a fault.
+        unsafe { bpf_probe_read_user((uaddr + GLIBC_MUTEX_OWNER_OFFSET) as *const u32) }
+            .map_or(0, |w| w & FUTEX_TID_MASK)
+    } else {
+        0
+    };
+    crate::probes::pthread::keep_sleep(tgid, uaddr, owner, ip, sp, bp)
+}
+
 /// `next` runs again: if it slept in a futex wait, account the sleep. The clock read
 /// (one switch, one time: the switch out of `prev` shares it), or 0.
 #[inline(always)]
@@ -987,6 +1018,9 @@ fn block_end(next: *mut aya_ebpf::bindings::task_struct) -> u64 {
     // SAFETY: a BPF helper without pointer arguments.
     let now = unsafe { bpf_ktime_get_ns() };
     account(&call, 0, now, false);
+    if call.flags & FUTEX_CALL_PTHREAD_KEPT != 0 {
+        crate::probes::pthread::send_kept(next, now.saturating_sub(call.ts_ns));
+    }
     now
 }
 

@@ -18,10 +18,12 @@ use aya_ebpf::{
         bpf_get_current_pid_tgid, bpf_get_current_task_btf, bpf_probe_read_user_buf,
         bpf_task_pt_regs,
     },
-    macros::map,
+    macros::{btf_map, map},
     maps::{LruHashMap, PerCpuArray, RingBuf},
 };
 use lockscope_common::*;
+
+use crate::maps::TaskStorage;
 
 /// Set by the loader: attribution on or off.
 #[unsafe(no_mangle)]
@@ -63,7 +65,12 @@ pub fn enabled() -> bool {
 /// a site reads nothing more and is counted at its exit ([`count_skipped`]).
 #[inline(always)]
 pub fn skipped_site(tgid: u32) -> bool {
-    let ip = user_ip().unwrap_or(0);
+    skipped_ip(tgid, user_ip().unwrap_or(0))
+}
+
+/// [`skipped_site`] with the syscall site `ip` already read.
+#[inline(always)]
+pub fn skipped_ip(tgid: u32, ip: u64) -> bool {
     let key = PthreadSkipKey { ip, tgid, _pad: 0 };
     // SAFETY: a map lookup; the value is not used.
     unsafe { PTHREAD_SKIP.get(key) }.is_some()
@@ -120,6 +127,51 @@ fn user_regs() -> Option<(u64, u64, u64)> {
     }
 }
 
+/// Blocking mode (no futex exit is seen): a traced thread switched out asleep in a futex
+/// wait keeps here what [`send_wait`] sends, but the wait time, until its switch in
+/// ([`send_kept`]). Its user registers and stack are the ones the syscall left, as at the
+/// exit.
+#[btf_map]
+static PTHREAD_PENDING: TaskStorage<PthreadWaitEvent> = TaskStorage::new();
+
+/// Blocking mode, at the current (traced) thread's switch out asleep in a wait on
+/// `uaddr`: keep its registers (`ip`, `sp`, `bp`, as the caller read them) and stack.
+/// `owner`: as in [`send_wait`]. Whether they were kept (then the switch in sends them).
+#[cfg_attr(not(bpf_target_arch = "x86_64"), allow(dead_code))]
+#[inline(always)]
+pub fn keep_sleep(tgid: u32, uaddr: u64, owner: u32, ip: u64, sp: u64, bp: u64) -> bool {
+    if !enabled() {
+        return false;
+    }
+    let Some(ev) = PTHREAD_PENDING.current(true) else {
+        pcount(PCNT_LOST_STORAGE);
+        return false;
+    };
+    // SAFETY: the current task's own storage; its switch in (the only other user) cannot
+    // run while it is switching out.
+    let ev = unsafe { &mut *ev };
+    fill(ev, tgid, uaddr, 0, PTHREAD_WAITED, owner, (ip, sp, bp));
+    true
+}
+
+/// Blocking mode, at the switch in of a sleeper whose wait was kept ([`keep_sleep`]):
+/// send it, `wait_ns` long. `task`: the sleeper (a BTF task pointer).
+#[inline(always)]
+pub fn send_kept(task: *mut aya_ebpf::bindings::task_struct, wait_ns: u64) {
+    let Some(ev) = PTHREAD_PENDING.of_task(task) else {
+        return;
+    };
+    // SAFETY: `task`'s storage, written only at its own switch out, which cannot run
+    // while it is being switched in.
+    let ev = unsafe { &mut *ev };
+    ev.wait_ns = wait_ns;
+    if PTHREAD_EVENTS.output::<PthreadWaitEvent>(&*ev, 0).is_err() {
+        pcount(PCNT_LOST_RING_FULL);
+        return;
+    }
+    pcount(PCNT_SENT);
+}
+
 /// A blocking futex call of the current (traced) thread ended: send it for attribution.
 /// `waited`: `PTHREAD_WAITED` / `PTHREAD_WAIT_FAILED` (then `wait_ns` is its wait time) or
 /// `PTHREAD_NO_WAIT`. Integers only: the arguments of an out-of-line function go into the
@@ -131,7 +183,6 @@ pub fn send_wait(tgid: u32, uaddr: u64, wait_ns: u64, waited: u32, owner: u32) {
     if !enabled() {
         return;
     }
-    let (ip, sp, bp) = user_regs().unwrap_or((0, 0, 0));
     let Some(mut entry) = PTHREAD_EVENTS.reserve::<PthreadWaitEvent>(0) else {
         pcount(PCNT_LOST_RING_FULL);
         return;
@@ -140,6 +191,24 @@ pub fn send_wait(tgid: u32, uaddr: u64, wait_ns: u64, waited: u32, owner: u32) {
     // SAFETY: `ev` points at a reserved record of the right size that only this
     // program writes until it is submitted.
     let ev = unsafe { &mut *ev };
+    let regs = user_regs().unwrap_or((0, 0, 0));
+    fill(ev, tgid, uaddr, wait_ns, waited, owner, regs);
+    entry.submit(0);
+    pcount(PCNT_SENT);
+}
+
+/// Write the current thread's wait into `ev`: the word, the wait, its user registers
+/// (`regs`: ip, sp, bp) and the top of its user stack.
+#[inline(always)]
+fn fill(
+    ev: &mut PthreadWaitEvent,
+    tgid: u32,
+    uaddr: u64,
+    wait_ns: u64,
+    waited: u32,
+    owner: u32,
+    (ip, sp, bp): (u64, u64, u64),
+) {
     ev.uaddr = uaddr;
     ev.wait_ns = wait_ns;
     ev.ip = ip;
@@ -167,6 +236,4 @@ pub fn send_wait(tgid: u32, uaddr: u64, wait_ns: u64, waited: u32, owner: u32) {
     if ev.stack_len == 0 {
         pcount(PCNT_STACK_UNREADABLE);
     }
-    entry.submit(0);
-    pcount(PCNT_SENT);
 }

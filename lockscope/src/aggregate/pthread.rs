@@ -332,6 +332,10 @@ pub fn pthread_lost(p: &PthreadSnapshot) -> BTreeMap<String, u64> {
             p.counters[PCNT_LOST_RING_FULL as usize],
         ),
         (
+            PTHREAD_COUNTER_NAMES[PCNT_LOST_STORAGE as usize].to_owned(),
+            p.counters[PCNT_LOST_STORAGE as usize],
+        ),
+        (
             "pthread_site_map_full".to_owned(),
             p.tally.site_map_full + p.tally.malformed,
         ),

@@ -50,7 +50,6 @@ pub fn run(args: RecordArgs) -> anyhow::Result<ExitCode> {
     };
     let mut session = Session::start_with_rt(&opts, target_desc, rt)?;
     if session.families().futex.enabled
-        && session.families().futex.mode == crate::probe::FutexMode::Calls
         && let Some(cmd) = args.command.first()
         && resolve_command(cmd).is_ok_and(|p| is_static_elf(&p).unwrap_or(false))
     {

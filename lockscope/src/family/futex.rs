@@ -208,11 +208,9 @@ impl Family for Futex {
 
     fn globals(&self, out: &mut Globals) {
         out.map_sizes.push(("PTHREAD_EVENTS", self.ring_bytes));
-        // pthread attribution unwinds at the futex exit, which blocking mode does not see.
-        out.set(
-            "PTHREAD_CONFIG",
-            &pthread_config(self.wanted && self.mode == FutexMode::Calls),
-        );
+        // pthread attribution unwinds the waiter's stack: at the futex exit, or in
+        // blocking mode as it went to sleep.
+        out.set("PTHREAD_CONFIG", &pthread_config(self.wanted));
         out.set("FUTEX_RESTART_NR", &(libc::SYS_restart_syscall as i32));
     }
 
@@ -266,9 +264,7 @@ impl Family for Futex {
             Target::Pids(p) => p.clone(),
             _ => Vec::new(),
         };
-        if self.mode == FutexMode::Calls {
-            self.pthread = PthreadProbes::start(cx.ebpf, &pids);
-        }
+        self.pthread = PthreadProbes::start(cx.ebpf, &pids);
         self.attach_probes(cx)?;
         if !self.enabled {
             self.pthread.detach();
@@ -318,9 +314,9 @@ impl Family for Futex {
 
 /// Said at the start of a run in blocking mode, and kept in the recording.
 pub const BLOCKING_NOTE: &str = "futex: blocking mode: user-space locks are the futex waits \
-     that slept, counted once per sleep and timed from the switch out to the switch in; \
-     wakes, EAGAIN returns, calls that did not block and pthread call sites are not seen \
-     (--futex-mode calls counts every call exactly)";
+     that slept, counted once per sleep and timed from the switch out to the switch in \
+     (pthread call sites too); wakes, EAGAIN returns and calls that did not block are not \
+     seen (--futex-mode calls counts every call exactly)";
 
 /// Open or close the futex probes' gate.
 fn set_gate(ebpf: &mut Ebpf, on: bool) -> anyhow::Result<()> {

@@ -163,8 +163,8 @@ pub enum FutexMode {
     #[default]
     Calls,
     /// Only the waits that sleep, found at the context switch (`sched_switch`): no
-    /// syscall tracepoint, nothing on a futex call that does not block; wakes, EAGAIN and
-    /// pthread call sites are not seen, and a wait counts once per sleep.
+    /// syscall tracepoint, nothing on a futex call that does not block; wakes and EAGAIN
+    /// are not seen, and a wait (and its pthread call site) counts once per sleep.
     Blocking,
 }
 
