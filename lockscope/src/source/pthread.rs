@@ -1,6 +1,7 @@
-//! pthread attribution, the reading side: a thread drains `PTHREAD_EVENTS` as waits
-//! arrive (poll on the ring buffer, so a burst never waits for the next snapshot), unwinds
-//! each wait's user stack and counts it in the shared [`PthreadTally`].
+//! pthread attribution, the reading side: a thread drains `PTHREAD_EVENTS` every poll
+//! period, and at once when the kernel side wakes it (once the ring holds an eighth of
+//! its size, so a burst never waits for the next snapshot), unwinds each wait's user
+//! stack and counts it in the shared [`PthreadTally`].
 //!
 //! Unwinding happens here, in userspace, so the kernel side stays one copy per blocking
 //! futex call. A process's maps are read when its first wait arrives (or earlier, through
@@ -48,8 +49,10 @@ pub struct PthreadReader {
     thread: Option<JoinHandle<()>>,
 }
 
-/// How long the reader sleeps in poll when nothing arrives (it also wakes on data and
-/// when told to stop).
+/// How long the reader sleeps in poll: the longest a wait stays in the ring buffer while
+/// the ring holds less than an eighth of its size (the kernel side does not wake the
+/// reader for each wait: that cost each wait a self-interrupt and a switch). It also
+/// wakes when told to stop or to read a process's maps.
 const POLL_MS: i32 = 50;
 
 impl PthreadReader {
