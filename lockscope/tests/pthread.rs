@@ -44,6 +44,29 @@ fn sum_callers(l: &Value, key: &str) -> u64 {
         .sum()
 }
 
+/// The mutex entry `l`'s call sites are all the workload worker's `pthread_mutex_lock`,
+/// and hold its `waits` and its whole wait time exactly.
+fn assert_worker_call_sites(l: &Value, waits: u64) {
+    let callers = l["callers"].as_array().unwrap();
+    assert!(!callers.is_empty(), "{l:#}");
+    for c in callers {
+        assert!(
+            c["caller"]
+                .as_str()
+                .unwrap()
+                .contains("pthread_mutex_worker+0x"),
+            "call site not symbolized to the worker: {c:#}"
+        );
+        assert_eq!(c["stack"][0], "pthread_mutex_lock", "{c:#}");
+    }
+    assert_eq!(sum_callers(l, "contended"), waits, "{l:#}");
+    assert_eq!(
+        sum_callers(l, "wait_total_ns"),
+        l["wait_total_ns"].as_u64().unwrap(),
+        "{l:#}"
+    );
+}
+
 #[test]
 fn pthread_mutex_is_named_with_the_workloads_call_site() {
     let _serial = serial();
@@ -74,23 +97,7 @@ fn pthread_mutex_is_named_with_the_workloads_call_site() {
     );
     // Every wait on the mutex word happens inside pthread_mutex_lock, called from the
     // workload's worker: the call sites account for every wait, exactly.
-    let callers = l["callers"].as_array().unwrap();
-    assert!(!callers.is_empty());
-    for c in callers {
-        assert!(
-            c["caller"]
-                .as_str()
-                .unwrap()
-                .contains("pthread_mutex_worker+0x"),
-            "call site not symbolized to the worker: {c:#}"
-        );
-        assert_eq!(c["stack"][0], "pthread_mutex_lock", "{c:#}");
-    }
-    assert_eq!(sum_callers(l, "contended"), waits, "{l:#}");
-    assert_eq!(
-        sum_callers(l, "wait_total_ns"),
-        l["wait_total_ns"].as_u64().unwrap()
-    );
+    assert_worker_call_sites(l, waits);
     // Holders: glibc's `__owner` names, when each wait began, the worker thread holding
     // the mutex. Every wait was unwound, so owners + unknown is the whole wait exactly;
     // unknown are the waits that began just as the holder released (it clears `__owner`
@@ -138,7 +145,11 @@ fn pthread_mutex_is_named_with_the_workloads_call_site() {
     assert!(ev["attributed"].as_u64().unwrap() >= futex["wait_calls"].as_u64().unwrap());
     assert_eq!(ev["site_unreadable"], 0);
     assert_eq!(ev["no_maps"], 0);
-    // The text report shows the type and the call site.
+    assert_report_row_names_the_worker(&stdout, &addr);
+}
+
+/// The text report shows the mutex at `addr` by its type, with the worker's call site.
+fn assert_report_row_names_the_worker(stdout: &str, addr: &str) {
     let row = stdout
         .lines()
         .find(|r| r.contains(&format!("pthread-mutex {addr}")))
@@ -176,24 +187,7 @@ fn blocking_mode_names_pthread_mutexes_and_their_call_sites_too() {
     );
     // Every sleep on the word is inside pthread_mutex_lock, called from the worker; the
     // call sites hold every sleep and every nanosecond of the word's waits.
-    let callers = l["callers"].as_array().unwrap();
-    assert!(!callers.is_empty(), "{l:#}");
-    for c in callers {
-        assert!(
-            c["caller"]
-                .as_str()
-                .unwrap()
-                .contains("pthread_mutex_worker+0x"),
-            "call site not symbolized to the worker: {c:#}"
-        );
-        assert_eq!(c["stack"][0], "pthread_mutex_lock", "{c:#}");
-    }
-    assert_eq!(sum_callers(l, "contended"), sleeps, "{l:#}");
-    assert_eq!(
-        sum_callers(l, "wait_total_ns"),
-        l["wait_total_ns"].as_u64().unwrap(),
-        "{l:#}"
-    );
+    assert_worker_call_sites(l, sleeps);
     assert_eq!(
         l["pthread"]["attributed_calls"].as_u64().unwrap(),
         sleeps,
@@ -223,31 +217,18 @@ fn blocking_mode_names_pthread_mutexes_and_their_call_sites_too() {
         rec["futex_events"]
     );
     assert_eq!(ev["site_unreadable"], 0, "{ev}");
-    let row = stdout
-        .lines()
-        .find(|r| r.contains(&format!("pthread-mutex {addr}")))
-        .unwrap_or_else(|| panic!("no report row:\n{stdout}"));
-    assert!(row.contains("pthread_mutex_worker+0x"), "{row}");
+    assert_report_row_names_the_worker(&stdout, &addr);
 }
 
 #[test]
 fn pthread_rwlock_words_are_named_after_the_rwlock() {
     let _serial = serial();
-    let (s, rec, stdout, _) = record(
-        "pthread-rwlock",
-        &[
-            "pthread-mutex",
-            "--rwlock",
-            "--read-pct",
-            "50",
-            "--threads",
-            "4",
-            "--seconds",
-            "2",
-            "--load",
-            "300",
-        ],
-    );
+    let args = [
+        &contended("pthread-mutex")[..],
+        &["--rwlock", "--read-pct", "50"],
+    ]
+    .concat();
+    let (s, rec, stdout, _) = record("pthread-rwlock", &args);
     assert_nothing_lost(&rec["lost"]);
     let addr = s["lock"].clone();
     let words: Vec<&Value> = locks(&rec)
