@@ -29,10 +29,32 @@ fn lost_total(rec: &Value) -> u64 {
 /// Record `lockscope workload ARGS`; returns (workload summary, recording, record's
 /// stdout, record's stderr).
 fn record(name: &str, args: &[&str]) -> (BTreeMap<String, String>, Value, String, String) {
-    let (out, rec, _) = record_workload_with(name, &["-n", "0"], args);
+    record_with(name, &[], args)
+}
+
+/// [`record`] with more `record` options (`opts`).
+fn record_with(
+    name: &str,
+    opts: &[&str],
+    args: &[&str],
+) -> (BTreeMap<String, String>, Value, String, String) {
+    let (out, rec, _) = record_workload_with(name, &[&["-n", "0"], opts].concat(), args);
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     (summary(&stdout), rec, stdout, stderr)
+}
+
+/// The recording's entry of the lock at `addr`, a pthread mutex, named after its word.
+fn mutex_entry<'a>(rec: &'a Value, addr: &str, stdout: &str, stderr: &str) -> &'a Value {
+    let l = locks(rec)
+        .iter()
+        .find(|l| l["addr"] == addr)
+        .unwrap_or_else(|| panic!("no entry for {addr}:\n{stdout}\n{stderr}"));
+    assert_eq!(l["type"], "pthread-mutex", "{l:#}");
+    assert_eq!(l["pthread"]["kind"], "mutex");
+    // glibc's mutex waits on `__lock`, its first word: the object is the word.
+    assert_eq!(l["pthread"]["object"], addr);
+    l
 }
 
 fn sum_callers(l: &Value, key: &str) -> u64 {
@@ -67,20 +89,35 @@ fn assert_worker_call_sites(l: &Value, waits: u64) {
     );
 }
 
+/// The mutex entry `l`'s holders are the workload's workers (never its main thread), and
+/// known and unknown holders share its whole wait time exactly. (unknown, total) ns.
+fn assert_worker_holders(l: &Value) -> (u64, u64) {
+    let pid = l["pid"].as_u64().unwrap();
+    let (owners, known, unknown, total) = holder_split(l);
+    assert!(!owners.is_empty(), "{l:#}");
+    assert_eq!(known + unknown, total, "{l:#}");
+    for o in owners {
+        assert_eq!(o["pid"].as_u64(), Some(pid), "{o}");
+        assert_ne!(
+            o["tid"].as_u64(),
+            Some(pid),
+            "the main thread holds nothing: {o}"
+        );
+        assert!(
+            o["comm"].as_str().unwrap().starts_with("pthread-mutex-"),
+            "holder is no worker: {o}"
+        );
+    }
+    (unknown, total)
+}
+
 #[test]
 fn pthread_mutex_is_named_with_the_workloads_call_site() {
     let _serial = serial();
     let (s, rec, stdout, stderr) = record("pthread-mutex-named", &contended("pthread-mutex"));
     assert_nothing_lost(&rec["lost"]);
     let addr = s["lock"].clone();
-    let l = locks(&rec)
-        .iter()
-        .find(|l| l["addr"] == addr.as_str())
-        .unwrap_or_else(|| panic!("no entry for {addr}:\n{stdout}\n{stderr}"));
-    assert_eq!(l["type"], "pthread-mutex", "{l:#}");
-    assert_eq!(l["pthread"]["kind"], "mutex");
-    // glibc's mutex waits on `__lock`, its first word: the object is the word.
-    assert_eq!(l["pthread"]["object"], addr.as_str());
+    let l = mutex_entry(&rec, &addr, &stdout, &stderr);
     assert_eq!(l["pthread"]["word_offset"], 0);
     assert!(
         l["name"]
@@ -102,26 +139,11 @@ fn pthread_mutex_is_named_with_the_workloads_call_site() {
     // the mutex. Every wait was unwound, so owners + unknown is the whole wait exactly;
     // unknown are the waits that began just as the holder released (it clears `__owner`
     // first).
-    let pid = l["pid"].as_u64().unwrap();
-    let (owners, known, unknown, total) = holder_split(l);
-    assert!(!owners.is_empty(), "{l:#}");
-    assert_eq!(known + unknown, total, "{l:#}");
+    let (unknown, total) = assert_worker_holders(l);
     assert!(
         unknown as f64 <= 0.3 * total as f64,
         "holder unknown for {unknown} of {total} ns: {l:#}"
     );
-    for o in owners {
-        assert_eq!(o["pid"].as_u64(), Some(pid), "{o}");
-        assert_ne!(
-            o["tid"].as_u64(),
-            Some(pid),
-            "the main thread holds nothing: {o}"
-        );
-        assert!(
-            o["comm"].as_str().unwrap().starts_with("pthread-mutex-"),
-            "holder is no worker: {o}"
-        );
-    }
     // Attributed calls: the waits plus the EAGAIN returns on the word.
     let futex = &l["futex"];
     assert_eq!(
@@ -163,23 +185,15 @@ fn assert_report_row_names_the_worker(stdout: &str, addr: &str) {
 #[test]
 fn blocking_mode_names_pthread_mutexes_and_their_call_sites_too() {
     let _serial = serial();
-    let (out, rec, _) = record_workload_with(
+    let (s, rec, stdout, stderr) = record_with(
         "pthread-mutex-blocking",
-        &["-n", "0", "--futex-mode", "blocking"],
+        &["--futex-mode", "blocking"],
         &contended("pthread-mutex"),
     );
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    let s = summary(&stdout);
     assert_nothing_lost(&rec["lost"]);
     assert_eq!(rec["futex_events"]["blocking"], true);
     let addr = s["lock"].clone();
-    let l = locks(&rec)
-        .iter()
-        .find(|l| l["addr"] == addr.as_str())
-        .unwrap_or_else(|| panic!("no entry for {addr}:\n{stdout}"));
-    assert_eq!(l["type"], "pthread-mutex", "{l:#}");
-    assert_eq!(l["pthread"]["kind"], "mutex");
-    assert_eq!(l["pthread"]["object"], addr.as_str());
+    let l = mutex_entry(&rec, &addr, &stdout, &stderr);
     let sleeps = l["contended"].as_u64().unwrap();
     assert!(
         sleeps >= 50,
@@ -194,17 +208,7 @@ fn blocking_mode_names_pthread_mutexes_and_their_call_sites_too() {
         "{l:#}"
     );
     // Holders: glibc's `__owner` as each sleep began names a worker.
-    let pid = l["pid"].as_u64().unwrap();
-    let (owners, known, unknown, total) = holder_split(l);
-    assert!(!owners.is_empty(), "{l:#}");
-    assert_eq!(known + unknown, total, "{l:#}");
-    for o in owners {
-        assert_eq!(o["pid"].as_u64(), Some(pid), "{o}");
-        assert!(
-            o["comm"].as_str().unwrap().starts_with("pthread-mutex-"),
-            "holder is no worker: {o}"
-        );
-    }
+    assert_worker_holders(l);
     // Every sleep that ended was sent (or counted at a site known not to be a lock's),
     // and every one sent was unwound.
     let ev = &rec["futex_events"]["pthread"];

@@ -869,9 +869,6 @@ fn record_sigint(
     Ok((s, peer_s, slow))
 }
 
-/// The Ctrl-C target, seconds (issue 14): a slower stop is profiled.
-const SIGINT_LIMIT_S: f64 = 0.5;
-
 /// Start `c` with SIGINT and SIGQUIT at their defaults, as a shell starts a foreground
 /// job (what Ctrl-C reaches). A bench started in the background by a non-interactive
 /// shell has them ignored, and ignored signals stay ignored across exec: `record` would

@@ -588,13 +588,9 @@ fn on_enter(uaddr: u64, cmd: u32, op: u32, waiters: u64, nr: u32, shared: bool) 
     {
         if crate::probes::pthread::skipped_site(tgid) {
             flags |= FUTEX_CALL_SKIP_SITE;
-        } else if cmd == FUTEX_WAIT || cmd == FUTEX_WAIT_BITSET {
-            let owner = (uaddr + GLIBC_MUTEX_OWNER_OFFSET) as *const u32;
-            // SAFETY: a checked read: a bad address gives an error, never a fault.
-            if let Ok(w) = unsafe { bpf_probe_read_user(owner) } {
-                pi_word = w;
-                flags |= FUTEX_CALL_OWNER_WORD;
-            }
+        } else if let Some(w) = glibc_owner_word(cmd, uaddr) {
+            pi_word = w;
+            flags |= FUTEX_CALL_OWNER_WORD;
         }
     }
     if class == FUTEX_CLASS_LOCK_PI || class == FUTEX_CLASS_TRYLOCK_PI {
@@ -618,6 +614,18 @@ fn on_enter(uaddr: u64, cmd: u32, op: u32, waiters: u64, nr: u32, shared: bool) 
     if !replaces {
         fcount(FCNT_CALLS_CREATED);
     }
+}
+
+/// The word a glibc mutex keeps its holder's TID in (`__owner`, 8 bytes past the futex
+/// word `uaddr`), read for a wait command (`FUTEX_WAIT`, `_BITSET`: what a mutex lock
+/// waits with); `None` for another command or an unreadable word.
+#[inline(always)]
+fn glibc_owner_word(cmd: u32, uaddr: u64) -> Option<u32> {
+    if cmd != FUTEX_WAIT && cmd != FUTEX_WAIT_BITSET {
+        return None;
+    }
+    // SAFETY: a checked read: a bad address gives an error, never a fault.
+    unsafe { bpf_probe_read_user((uaddr + GLIBC_MUTEX_OWNER_OFFSET) as *const u32) }.ok()
 }
 
 /// The current task's PI futex word at `uaddr` (its owner's TID and state bits) and the
@@ -989,14 +997,8 @@ fn keep_pthread_sleep(tgid: u32, uaddr: u64, cmd: u32, (ip, sp, bp): (u64, u64, 
         crate::probes::pthread::count_skipped();
         return false;
     }
-    let owner = if cmd == FUTEX_WAIT || cmd == FUTEX_WAIT_BITSET {
-        // SAFETY: a checked read: a bad address gives an error, never a fault.
-        unsafe { bpf_probe_read_user((uaddr + GLIBC_MUTEX_OWNER_OFFSET) as *const u32) }
-            .map_or(0, |w| w & FUTEX_TID_MASK)
-    } else {
-        0
-    };
-    crate::probes::pthread::keep_sleep(tgid, uaddr, owner, ip, sp, bp)
+    let owner = glibc_owner_word(cmd, uaddr).map_or(0, |w| w & FUTEX_TID_MASK);
+    crate::probes::pthread::keep_sleep(tgid, uaddr, owner, (ip, sp, bp))
 }
 
 /// `next` runs again: if it slept in a futex wait, account the sleep. The clock read

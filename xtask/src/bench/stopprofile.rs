@@ -15,22 +15,20 @@ use serde::{Deserialize, Serialize};
 
 /// One look at one thread.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Sample {
-    pub tid: i32,
-    /// The thread leads the process (its main thread).
-    pub main: bool,
-    pub comm: String,
+struct Sample {
+    tid: i32,
+    comm: String,
     /// `R`, `S`, `D`, ... from `/proc/.../stat`.
-    pub state: char,
+    state: char,
     /// Kernel functions, innermost first, offsets stripped (empty while running).
-    pub stack: Vec<String>,
+    stack: Vec<String>,
 }
 
 /// A thread's scheduler times, nanoseconds: on a CPU, and runnable waiting for one.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct SchedTimes {
-    pub run_ns: u64,
-    pub wait_ns: u64,
+struct SchedTimes {
+    run_ns: u64,
+    wait_ns: u64,
 }
 
 /// Where one slow stop went.
@@ -82,9 +80,10 @@ impl StopProfile {
     }
 }
 
-/// The profile of run `run` (`seconds` long) from its looks and the scheduler times at
-/// the signal (`before`) and at the last look (`after`), by thread.
-pub fn summarize(
+/// The profile of run `run` (`seconds` long) of process `pid` from its looks and the
+/// scheduler times at the signal (`before`) and at the last look (`after`), by thread.
+fn summarize(
+    pid: i32,
     run: usize,
     seconds: f64,
     looks: u32,
@@ -108,7 +107,7 @@ pub fn summarize(
         } else {
             format!("{} in {}", s.state, s.stack.join(" < "))
         };
-        if s.main {
+        if s.tid == pid {
             *main.entry(where_).or_default() += 1;
         } else if s.state == 'D' {
             *other.entry(format!("{}: {where_}", s.comm)).or_default() += 1;
@@ -135,7 +134,7 @@ const FRAMES: usize = 4;
 
 /// Functions from `/proc/.../stack` text, innermost first, at most [`FRAMES`]:
 /// `[<0>] futex_wait_queue+0x60/0x90` gives `futex_wait_queue`.
-pub fn parse_stack(text: &str) -> Vec<String> {
+fn parse_stack(text: &str) -> Vec<String> {
     text.lines()
         .filter_map(|l| {
             let f = l.rsplit("] ").next()?.trim();
@@ -147,7 +146,7 @@ pub fn parse_stack(text: &str) -> Vec<String> {
 }
 
 /// `run_ns wait_ns slices` from a `schedstat` file.
-pub fn parse_schedstat(text: &str) -> Option<SchedTimes> {
+fn parse_schedstat(text: &str) -> Option<SchedTimes> {
     let mut it = text.split_whitespace().map(|x| x.parse::<u64>().ok());
     Some(SchedTimes {
         run_ns: it.next()??,
@@ -165,17 +164,14 @@ fn parse_stat(text: &str) -> Option<(String, char)> {
 }
 
 fn sched_times(pid: i32) -> BTreeMap<i32, SchedTimes> {
-    let mut m = BTreeMap::new();
-    for tid in tids(pid) {
-        if let Some(t) = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/schedstat"))
-            .ok()
-            .as_deref()
-            .and_then(parse_schedstat)
-        {
-            m.insert(tid, t);
-        }
-    }
-    m
+    tids(pid)
+        .into_iter()
+        .filter_map(|tid| Some((tid, read_schedstat(pid, tid)?)))
+        .collect()
+}
+
+fn read_schedstat(pid: i32, tid: i32) -> Option<SchedTimes> {
+    parse_schedstat(&std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/schedstat")).ok()?)
 }
 
 fn tids(pid: i32) -> Vec<i32> {
@@ -198,6 +194,7 @@ struct Seen {
 /// A thread looking at a stopping process every [`EVERY`] at a real-time priority (a
 /// normal thread beside the ptrace storm would itself wait seconds for a CPU).
 pub struct Sampler {
+    pid: i32,
     stop: Arc<AtomicBool>,
     thread: JoinHandle<Seen>,
 }
@@ -211,10 +208,7 @@ impl Sampler {
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
         let thread = std::thread::spawn(move || {
-            let param = libc::sched_param { sched_priority: 10 };
-            // SAFETY: sched_setscheduler on this thread with a valid parameter; refused
-            // (no privilege), the looks come at a normal priority.
-            unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) };
+            let _rt = super::RtObserver::enter();
             let mut seen = Seen {
                 looks: 0,
                 samples: Vec::new(),
@@ -247,16 +241,11 @@ impl Sampler {
                             .map(|t| parse_stack(&t))
                             .unwrap_or_default()
                     };
-                    if let Some(t) = std::fs::read_to_string(format!("{dir}/schedstat"))
-                        .ok()
-                        .as_deref()
-                        .and_then(parse_schedstat)
-                    {
+                    if let Some(t) = read_schedstat(pid, tid) {
                         seen.after.insert(tid, t);
                     }
                     seen.samples.push(Sample {
                         tid,
-                        main: tid == pid,
                         comm,
                         state,
                         stack,
@@ -266,7 +255,7 @@ impl Sampler {
             }
             seen
         });
-        Sampler { stop, thread }
+        Sampler { pid, stop, thread }
     }
 
     /// Stop looking; the profile of run `run` if it took more than `limit` seconds.
@@ -275,6 +264,7 @@ impl Sampler {
         let seen = self.thread.join().ok()?;
         (seconds > limit).then(|| {
             summarize(
+                self.pid,
                 run,
                 seconds,
                 seen.looks,
@@ -345,29 +335,18 @@ mod tests {
 
     #[test]
     fn a_profile_splits_cpu_waiting_and_sleep_and_ranks_stacks() {
-        let s = |tid, main, state, stack: &[&str]| Sample {
+        let s = |tid, state, stack: &[&str]| Sample {
             tid,
-            main,
-            comm: if main { "lockscope" } else { "tokio-rt" }.into(),
+            comm: if tid == 10 { "lockscope" } else { "tokio-rt" }.into(),
             state,
             stack: stack.iter().map(|f| f.to_string()).collect(),
         };
         let samples = [
-            s(10, true, 'R', &[]),
-            s(
-                10,
-                true,
-                'D',
-                &["synchronize_rcu", "tracepoint_probe_unregister"],
-            ),
-            s(
-                10,
-                true,
-                'D',
-                &["synchronize_rcu", "tracepoint_probe_unregister"],
-            ),
-            s(11, false, 'S', &["futex_wait_queue"]),
-            s(11, false, 'D', &["mmap_read_lock"]),
+            s(10, 'R', &[]),
+            s(10, 'D', &["synchronize_rcu", "tracepoint_probe_unregister"]),
+            s(10, 'D', &["synchronize_rcu", "tracepoint_probe_unregister"]),
+            s(11, 'S', &["futex_wait_queue"]),
+            s(11, 'D', &["mmap_read_lock"]),
         ];
         let before = BTreeMap::from([(
             10,
@@ -393,7 +372,7 @@ mod tests {
                 },
             ),
         ]);
-        let p = summarize(1, 2.3, 3, &samples, &before, &after);
+        let p = summarize(10, 1, 2.3, 3, &samples, &before, &after);
         assert!((p.on_cpu_s - 0.15).abs() < 1e-9, "{p:?}");
         assert!((p.runnable_s - 1.5).abs() < 1e-9, "{p:?}");
         assert_eq!(
